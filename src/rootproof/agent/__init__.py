@@ -1,0 +1,1 @@
+"""The agent: router, loop, draft, prompts and model backends."""

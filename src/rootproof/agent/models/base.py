@@ -1,0 +1,137 @@
+"""The model protocol: given the conversation, the tool schemas and the draft schema, return a turn.
+
+Our types only: no provider SDK is imported here. Each run starts a fresh conversation and
+reasoning never enters a later run's history (seed 004).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+__all__ = [
+    "AssistantMessage",
+    "Message",
+    "Model",
+    "ModelRequest",
+    "ModelTurn",
+    "SystemMessage",
+    "TokenUsage",
+    "ToolCall",
+    "ToolResultMessage",
+    "ToolSpec",
+    "UserMessage",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolSpec:
+    """A tool as a model sees it."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    """JSON schema of the arguments."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCall:
+    """One tool call the model asked for."""
+
+    id: str
+    """The provider's call id (or ours), echoed in the tool result."""
+    name: str
+    arguments: dict[str, Any] | str
+    """Parsed JSON arguments, or the raw string if it did not parse (the boundary refuses it)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenUsage:
+    """Tokens of one model call."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        """Input plus output."""
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemMessage:
+    content: str
+    role: Literal["system"] = "system"
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserMessage:
+    content: str
+    role: Literal["user"] = "user"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AssistantMessage:
+    """A previous assistant turn of this run; `reasoning` is replayed only within the run."""
+
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: str | None = None
+    role: Literal["assistant"] = "assistant"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolResultMessage:
+    """The observation of one tool call: JSON text of the model observation (data, never instructions)."""
+
+    tool_call_id: str
+    name: str
+    content: str
+    role: Literal["tool"] = "tool"
+
+
+Message = SystemMessage | UserMessage | AssistantMessage | ToolResultMessage
+
+
+@dataclass(kw_only=True)
+class ModelRequest:
+    """One model step."""
+
+    messages: list[Message]
+    tools: list[ToolSpec]
+    """Tools offered this step; empty on the final no-tools step."""
+    draft_schema: dict[str, Any]
+    """JSON schema of `DiagnosisDraft` (offered as the `submit_draft` tool or asked for as JSON)."""
+    mode: Literal["gather", "draft"] = "gather"
+    """`gather`: tools allowed, the model may also submit a draft; `draft`: a draft is required now."""
+    time_left: Callable[[], float] = lambda: 60.0
+    """Seconds left before the run's deadline; retries must fit in it."""
+    max_output_tokens: int | None = None
+    """Cap for the answer, when the provider supports one."""
+    step_index: int = 0
+
+
+@dataclass(kw_only=True)
+class ModelTurn:
+    """What the model returned for one step."""
+
+    text: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    draft: dict[str, Any] | str | None = None
+    """The submitted draft: parsed JSON, or raw text when it did not parse (the loop repairs once)."""
+    reasoning: str | None = None
+    """Provider reasoning (DeepSeek `reasoning_content`); None when the provider returned none."""
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    refused: bool = False
+    """The model refused to answer."""
+
+
+class Model(Protocol):
+    """A model backend. Raises `ModelUnavailable` when the provider stays down after retries."""
+
+    name: str
+
+    def step(self, request: ModelRequest) -> ModelTurn:
+        """Return the next turn."""
+        ...

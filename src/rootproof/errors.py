@@ -1,0 +1,98 @@
+"""The rootproof error tree.
+
+    RootproofError
+    ├── ConfigError            a setting or input file is wrong (exit 2)
+    │   ├── ScenarioError      a scenario folder or file is malformed (file, field, expected)
+    │   └── CardError          a knowledge card is malformed (file, field, expected)
+    ├── UsageError             the caller asked for something that does not exist (exit 2)
+    ├── RunError               a run cannot continue
+    │   ├── IllegalTransition  the lifecycle was asked for an edge it does not have
+    │   ├── BudgetExhausted    a run budget (calls, tokens) is used up
+    │   ├── DeadlineExceeded   the run's deadline passed
+    │   └── RunCancelled       the run was cancelled
+    ├── ModelError             the model could not produce a turn
+    │   ├── ModelUnavailable   the provider stayed down after retries
+    │   └── ModelOutputError   the provider answered with something unusable
+    ├── BackendError           an evidence backend failed (a foreign error mapped at the seam)
+    └── StoreError             the trace store failed
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "BudgetExhausted",
+    "CardError",
+    "ConfigError",
+    "DeadlineExceeded",
+    "IllegalTransition",
+    "ModelError",
+    "ModelOutputError",
+    "ModelUnavailable",
+    "RootproofError",
+    "RunCancelled",
+    "RunError",
+    "ScenarioError",
+    "StoreError",
+    "UsageError",
+]
+
+
+class RootproofError(Exception):
+    """Base of every error rootproof raises on purpose."""
+
+
+class ConfigError(RootproofError):
+    """A setting, variable or input file has a wrong value; the message names it."""
+
+
+class ScenarioError(ConfigError):
+    """A scenario folder is malformed; the message names the file, the field and what is expected."""
+
+
+class CardError(ConfigError):
+    """A knowledge card is malformed; the message names the file, the field and what is expected."""
+
+
+class UsageError(RootproofError):
+    """The caller asked for something that does not exist (unknown tool, run id, scenario)."""
+
+
+class RunError(RootproofError):
+    """A run cannot continue."""
+
+
+class IllegalTransition(RunError):
+    """The run lifecycle was asked for a transition it does not allow."""
+
+
+class BudgetExhausted(RunError):
+    """A run budget is used up; the message says which limit and the value reached."""
+
+
+class DeadlineExceeded(RunError):
+    """The run's deadline passed."""
+
+
+class RunCancelled(RunError):
+    """The run was cancelled (user, API, client disconnect)."""
+
+
+class ModelError(RootproofError):
+    """The model could not produce a usable turn."""
+
+
+class ModelUnavailable(ModelError):
+    """The model provider stayed down (429/5xx/timeouts) after retries."""
+
+
+class ModelOutputError(ModelError):
+    """The model answered with output that cannot be used (malformed JSON, wrong shape)."""
+
+
+class BackendError(RootproofError):
+    """An evidence backend failed; foreign errors become this at the seam."""
+
+
+class StoreError(RootproofError):
+    """The trace store failed."""

@@ -1,0 +1,119 @@
+"""Settings: one object from `ROOTPROOF_*` environment variables and an optional TOML file.
+
+Read at entry points only (the CLI, the service factory, the evaluation runners); core code
+receives values, never reads the environment itself.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+from pydantic import Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from rootproof.errors import ConfigError
+
+__all__ = ["Settings", "default_data_dir", "load_settings"]
+
+ENV_PREFIX = "ROOTPROOF_"
+
+
+def default_data_dir() -> Path:
+    """The user data folder (`~/.local/share/rootproof` on Linux) unless `ROOTPROOF_HOME` is set."""
+    home = os.environ.get("ROOTPROOF_HOME")
+    return Path(home) if home else Path(platformdirs.user_data_dir("rootproof", appauthor=False))
+
+
+class Settings(BaseSettings):
+    """Every knob of rootproof. Each field is also the variable `ROOTPROOF_<FIELD>`."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+
+    database_url: str | None = None
+    """SQLAlchemy URL of the trace store. Default: a SQLite file `rootproof.db` in the data folder."""
+    model: Literal["offline", "openai", "scripted"] = "offline"
+    """Which model drives the agent: the offline planner (default) or an OpenAI-compatible server."""
+    openai_base_url: str = "https://api.openai.com/v1"
+    """Base URL of the OpenAI-compatible server (OpenAI, DeepSeek, vLLM, Ollama, llama.cpp)."""
+    openai_api_key: SecretStr | None = None
+    """API key for the OpenAI-compatible server; never stored or logged."""
+    openai_model: str = "gpt-4o-mini"
+    """Model name sent to the OpenAI-compatible server."""
+    openai_provider: Literal["openai", "deepseek", "vllm", "ollama", "llamacpp"] = "openai"
+    """Which server quirks to apply (forced tool choice, null content, reasoning replay)."""
+    model_timeout_s: float = Field(default=60.0, gt=0)
+    """Per-request HTTP timeout for the model, seconds."""
+    model_max_retries: int = Field(default=3, ge=0, le=10)
+    """Retries on 429/5xx/timeouts, with backoff, bounded by the run's deadline."""
+    judge: Literal["offline", "llm"] = "offline"
+    """Semantic judge: deterministic offline judge (default) or the configured model."""
+    max_model_calls: int = Field(default=8, ge=1, le=100)
+    """Agent model calls per run."""
+    max_tool_calls: int = Field(default=12, ge=1, le=200)
+    """Executed tool calls per run."""
+    max_calls_per_tool: int = Field(default=4, ge=1, le=100)
+    """Executed calls of one tool per run."""
+    max_tokens: int = Field(default=60_000, ge=1000)
+    """Tokens per run, all model calls counted (router, agent, judge)."""
+    observation_bytes: int = Field(default=4096, ge=512, le=1_048_576)
+    """Bytes of model observation per tool call."""
+    deadline_s: float = Field(default=120.0, gt=0, le=3600)
+    """Run deadline, seconds."""
+    tool_timeout_s: float = Field(default=20.0, gt=0)
+    """Per-call timeout of an evidence tool, seconds."""
+    cards_dir: Path | None = None
+    """A folder of extra knowledge cards (Markdown with front matter) used beside the built-in ones."""
+    data_dir: Path = Field(default_factory=default_data_dir)
+    """Where the default SQLite store and built indexes live."""
+
+    def resolved_database_url(self) -> str:
+        """The trace store URL, defaulting to a SQLite file in the data folder."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir / 'rootproof.db'}"
+
+    def public_dict(self) -> dict[str, Any]:
+        """Settings as a dict without secrets (for evaluation records)."""
+        data = self.model_dump(mode="json")
+        data.pop("openai_api_key", None)
+        url = data.get("database_url")
+        if url and "@" in url:
+            scheme, _, rest = url.partition("://")
+            data["database_url"] = f"{scheme}://***@{rest.split('@', 1)[1]}"
+        return data
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Build the settings from the environment, an optional TOML file and explicit overrides.
+
+    Precedence: overrides > environment > file > defaults. A bad value raises `ConfigError`
+    naming the variable (or the file key) and what is expected.
+    """
+    file_values: dict[str, Any] = {}
+    path = config_file or (Path(os.environ[ENV_PREFIX + "CONFIG"]) if os.environ.get(ENV_PREFIX + "CONFIG") else None)
+    if path is not None:
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise ConfigError(f"{path}: settings file not found (ROOTPROOF_CONFIG)") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+        file_values = dict(raw.get("rootproof", raw))
+    env_keys = {k[len(ENV_PREFIX):].lower() for k in os.environ if k.startswith(ENV_PREFIX)}
+    init = {k: v for k, v in file_values.items() if k not in env_keys}
+    init.update(overrides)
+    known_env = set(Settings.model_fields) | {"config", "home", "require_services", "test_pg_url", "test_mysql_url"}
+    unknown = sorted(k for k in env_keys if k not in known_env)
+    if unknown:
+        raise ConfigError(f"{ENV_PREFIX}{unknown[0].upper()}: unknown setting")
+    try:
+        return Settings(**init)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else "?"
+        source = f"{path} key {field}" if field in init and field not in overrides else f"{ENV_PREFIX}{field.upper()}"
+        raise ConfigError(f"{source}: {err['msg']} (got {err.get('input')!r})") from exc

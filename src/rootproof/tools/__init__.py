@@ -1,0 +1,1 @@
+"""Evidence tools and their backends."""

@@ -1,0 +1,191 @@
+"""Evidence tools: definitions, argument models and the backend seam.
+
+A tool is read-only, has a pydantic argument model (its JSON schema is what a model is shown)
+and is served by a backend (`snapshot`, `live`, `knowledge`, or whatever a user plugs in).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "TOOLS",
+    "BackendResult",
+    "InspectNginxArgs",
+    "InspectPostgresArgs",
+    "InspectRedisArgs",
+    "LookupKnowledgeArgs",
+    "QueryLogsArgs",
+    "QueryMetricsArgs",
+    "ToolBackend",
+    "ToolDefinition",
+    "parse_since",
+]
+
+_SINCE = re.compile(r"^(\d+)\s*(s|m|h|d)$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+Scope = Literal["ALL", "APPLICATION", "DATABASE", "CACHE", "PROXY", "SYSTEM"]
+Level = Literal["DEBUG", "INFO", "WARN", "ERROR", "FATAL"]
+LEVEL_ORDER: dict[str, int] = {"DEBUG": 10, "INFO": 20, "WARN": 30, "ERROR": 40, "FATAL": 50}
+
+
+def parse_since(value: str) -> timedelta:
+    """`30m`, `2h`, `90s`, `1d` → timedelta; raises ValueError otherwise."""
+    m = _SINCE.match(value.strip())
+    if not m:
+        raise ValueError(f"since must look like 30m, 2h, 90s or 1d (got {value!r})")
+    return timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2)])
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Windowed(_Args):
+    since: str = Field(default="30m", description="Window ending at the run's clock: 30m, 2h, 90s, 1d (max 7d).")
+
+    @field_validator("since")
+    @classmethod
+    def _check_since(cls, v: str) -> str:
+        if parse_since(v) > timedelta(days=7):
+            raise ValueError("since may be at most 7d")
+        return v.strip()
+
+
+class _Paged(_Windowed):
+    query: str = Field(
+        default="",
+        description='Whitespace-separated terms and "quoted phrases", case-insensitive; an item matches '
+        "if it contains any of them; empty matches everything in the window.",
+        max_length=500,
+    )
+    limit: int = Field(default=50, ge=1, le=200, description="Items to return (1-200).")
+    offset: int = Field(default=0, ge=0, le=10_000, description="Items to skip.")
+
+
+class QueryLogsArgs(_Paged):
+    """Search application, database, cache, proxy and system logs."""
+
+    service: str | None = Field(default=None, description="Only this service.", max_length=100)
+    scope: Scope = Field(default="ALL", description="Log family.")
+    level: Level | None = Field(default=None, description="Minimum level.")
+
+
+class QueryMetricsArgs(_Windowed):
+    """Read metric series with a window summary (first, last, min, max, delta, mean)."""
+
+    metric: str = Field(description="Metric name or glob (`pg_locks_*`).", min_length=1, max_length=200)
+    labels: dict[str, str] | None = Field(default=None, description="Exact label matches.")
+
+
+class InspectPostgresArgs(_Paged):
+    """Inspect PostgreSQL: sessions, locks, settings, statistics, replication, top queries, server log."""
+
+    kind: Literal["activity", "locks", "settings", "database_stats", "replication", "top_queries", "log"]
+
+
+class InspectRedisArgs(_Paged):
+    """Inspect Redis: INFO, CLIENT LIST, SLOWLOG, CONFIG, server log."""
+
+    kind: Literal["info", "clients", "slowlog", "config", "log"]
+
+
+class InspectNginxArgs(_Paged):
+    """Inspect nginx: error log, access log, configuration, stub_status."""
+
+    kind: Literal["error_log", "access_log", "config", "status"]
+
+
+class LookupKnowledgeArgs(_Args):
+    """Search the troubleshooting knowledge base (generic knowledge, never evidence of this incident)."""
+
+    query: str = Field(description="What to look up: symptoms, error messages, codes.", min_length=1, max_length=1000)
+    top_k: int = Field(default=5, ge=1, le=10, description="Results to return (1-10).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolDefinition:
+    """A read-only evidence tool."""
+
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    backend: Literal["runtime", "knowledge"] = "runtime"
+    read_only: bool = True
+    paged_kinds: frozenset[str] = frozenset()
+
+    def json_schema(self) -> dict[str, Any]:
+        """The argument schema a model is shown."""
+        schema = self.args_model.model_json_schema()
+        schema.pop("title", None)
+        return schema
+
+
+TOOLS: dict[str, ToolDefinition] = {
+    t.name: t
+    for t in (
+        ToolDefinition(
+            name="lookup_knowledge",
+            description="Search troubleshooting knowledge cards. Generic knowledge: it can explain and suggest "
+            "what to check, never prove what happened in this incident.",
+            args_model=LookupKnowledgeArgs,
+            backend="knowledge",
+        ),
+        ToolDefinition(
+            name="query_logs",
+            description="Search logs (application, database, cache, proxy, system) in a window ending now.",
+            args_model=QueryLogsArgs,
+        ),
+        ToolDefinition(
+            name="query_metrics",
+            description="Read metric series matching a name or glob, with first/last/min/max/delta/mean over the window.",
+            args_model=QueryMetricsArgs,
+        ),
+        ToolDefinition(
+            name="inspect_postgres",
+            description="Inspect PostgreSQL: activity (pg_stat_activity), locks (pg_locks with blocking_pids), "
+            "settings, database_stats, replication, top_queries (pg_stat_statements), log.",
+            args_model=InspectPostgresArgs,
+        ),
+        ToolDefinition(
+            name="inspect_redis",
+            description="Inspect Redis: info (INFO sections), clients (CLIENT LIST), slowlog, config, log.",
+            args_model=InspectRedisArgs,
+        ),
+        ToolDefinition(
+            name="inspect_nginx",
+            description="Inspect nginx: error_log, access_log, config, status (stub_status).",
+            args_model=InspectNginxArgs,
+        ),
+    )
+}
+RUNTIME_TOOLS = tuple(n for n, t in TOOLS.items() if t.backend == "runtime")
+
+
+@dataclass(kw_only=True)
+class BackendResult:
+    """What a backend returns: the canonical result and where each part came from."""
+
+    result: dict[str, Any]
+    """The whole result (canonical: plain JSON data)."""
+    data_source: str
+    """Default data source of every ref."""
+    ref_sources: dict[str, str] = field(default_factory=dict)
+    """Per-path data source where it differs from the default (`$.entries[2]` → `mock`)."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """Backend details for the invocation record (retrieval layer, match counts, channel ranks)."""
+    evidence_status: str | None = None
+    """Set by a backend that knows better (DEDUPLICATED); else derived from the refs."""
+
+
+class ToolBackend(Protocol):
+    """The backend seam: one method."""
+
+    def call(self, tool: str, args: BaseModel, *, now: datetime, run_id: str) -> BackendResult:
+        """Run one read-only call; raise `BackendError` on failure."""
+        ...

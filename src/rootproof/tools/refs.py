@@ -1,0 +1,222 @@
+"""Evidence refs: stable JSON paths into a canonical result, and the text each path stands for.
+
+The text of a ref is a pure function of the canonical result at its path, so the guard can
+recompute it (DESIGN.md "Evidence refs"). Canonical JSON is
+`json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "NO_EVIDENCE_PATH",
+    "DataSource",
+    "EvidenceRef",
+    "EvidenceStatus",
+    "canonical_json",
+    "fmt_value",
+    "normalize_text",
+    "parse_path",
+    "ref_text",
+    "resolve_path",
+]
+
+NO_EVIDENCE_PATH = "$.no_evidence"
+
+
+class EvidenceStatus(StrEnum):
+    """What a READY invocation found."""
+
+    EVIDENCE_FOUND = "EVIDENCE_FOUND"
+    NO_EVIDENCE = "NO_EVIDENCE"
+    DEDUPLICATED = "DEDUPLICATED"
+
+
+class DataSource(StrEnum):
+    """Where a ref's data came from (`live:<service>` is built with `DataSource.live`)."""
+
+    SNAPSHOT = "snapshot"
+    MOCK = "mock"
+    KNOWLEDGE = "knowledge"
+
+    @staticmethod
+    def live(service: str) -> str:
+        """`live:<service>`."""
+        return f"live:{service}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvidenceRef:
+    """One citable item of a result."""
+
+    raw_path: str
+    """Stable JSON path into the canonical result (`$.entries[3]`)."""
+    text: str
+    """The text the path stands for; carries its own context."""
+    data_source: str
+    """snapshot | mock | live:<service> | knowledge."""
+    instruction_like: bool = False
+    """The injection detector flagged this text as instructions addressed to an AI."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for records and observations."""
+        d: dict[str, Any] = {"raw_path": self.raw_path, "text": self.text, "data_source": self.data_source}
+        if self.instruction_like:
+            d["instruction_like"] = True
+        return d
+
+
+def canonical_json(value: Any) -> str:
+    """The one canonical JSON form (sorted keys, compact, UTF-8 kept)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def fmt_value(value: Any) -> str:
+    """A scalar as refs print it: text as is, numbers as Python's shortest repr, JSON otherwise."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if value is None:
+        return "null"
+    return canonical_json(value)
+
+
+_WS = re.compile(r"\s+")
+
+
+def normalize_text(text: str) -> str:
+    """NFKC and whitespace collapsing only: what excerpt matching is allowed to forgive."""
+    return _WS.sub(" ", unicodedata.normalize("NFKC", text)).strip()
+
+
+_SEGMENT = re.compile(r"\.([A-Za-z0-9_\-]+)|\[(\d+)\]|\['((?:[^'\\]|\\.)*)'\]")
+
+
+def parse_path(path: str) -> list[str | int] | None:
+    """Split `$.a.b[2]` into `["a", "b", 2]`; None if the path is not of that grammar."""
+    if not path.startswith("$"):
+        return None
+    pos, out = 1, []
+    while pos < len(path):
+        m = _SEGMENT.match(path, pos)
+        if not m:
+            return None
+        if m.group(1) is not None:
+            out.append(m.group(1))
+        elif m.group(2) is not None:
+            out.append(int(m.group(2)))
+        else:
+            out.append(m.group(3).replace("\\'", "'"))
+        pos = m.end()
+    return out
+
+
+def key_segment(key: str) -> str:
+    """A mapping key as a path segment (`.name` or `['odd key']`)."""
+    if re.fullmatch(r"[A-Za-z0-9_\-]+", key):
+        return "." + key
+    return "['" + key.replace("'", "\\'") + "']"
+
+
+_MISSING = object()
+
+
+def resolve_path(result: Any, path: str) -> Any:
+    """The value at `path` in `result`, or `_MISSING`-like None sentinel via `KeyError`."""
+    segments = parse_path(path)
+    if segments is None:
+        raise KeyError(path)
+    node = result
+    for seg in segments:
+        if isinstance(seg, int):
+            if not isinstance(node, list) or seg >= len(node):
+                raise KeyError(path)
+            node = node[seg]
+        else:
+            if not isinstance(node, dict) or seg not in node:
+                raise KeyError(path)
+            node = node[seg]
+    return node
+
+
+def _log_entry_text(e: dict[str, Any]) -> str:
+    return f"{e['ts']} {e['level']} {e['service']} [{e['source']}] {e['message']}"
+
+
+def _labels_text(labels: dict[str, Any]) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{fmt_value(labels[k])}"' for k in sorted(labels)) + "}"
+
+
+def _series_text(s: dict[str, Any], window: dict[str, Any]) -> str:
+    sm = s["summary"]
+    parts = " ".join(f"{k}={fmt_value(sm[k])}" for k in ("first", "last", "min", "max", "delta", "mean"))
+    return (
+        f"{s['metric']}{_labels_text(s.get('labels') or {})} {parts} unit={s.get('unit', '')} "
+        f"window={window.get('from')}..{window.get('to')}"
+    )
+
+
+def _client_text(row: dict[str, Any]) -> str:
+    return " ".join(f"{k}={fmt_value(v)}" for k, v in row.items())
+
+
+def ref_text(tool: str, result: dict[str, Any], path: str) -> str:
+    """Recompute the text of the ref at `path`; raises `KeyError` if the path does not resolve."""
+    segments = parse_path(path)
+    if not segments:
+        raise KeyError(path)
+    value = resolve_path(result, path)
+    head = segments[0]
+    if path == NO_EVIDENCE_PATH:
+        return str(value)
+    if head == "entries" and len(segments) == 2:
+        return _log_entry_text(value)
+    if head == "series" and len(segments) == 2:
+        return _series_text(value, result.get("window") or {})
+    if head == "rows" and len(segments) == 2:
+        if tool == "inspect_redis" and result.get("kind") == "clients":
+            return _client_text(value)
+        return canonical_json(value)
+    if head == "settings" and len(segments) == 2:
+        return f"{segments[1]} = {fmt_value(value)}"
+    if head == "info" and len(segments) == 3:
+        return f"{segments[2]}:{fmt_value(value)}"
+    if head == "lines" and len(segments) == 2:
+        return str(value)
+    if head == "config" and len(segments) == 2 and isinstance(segments[1], int):
+        return f"{segments[1] + 1}: {value}"
+    if head == "status" and len(segments) == 2:
+        return f"{segments[1]}: {fmt_value(value)}"
+    if head == "results" and len(segments) == 2:
+        return f"[{value['card_id']}] {value['title']}: {value['text']}"
+    raise KeyError(path)
+
+
+def enumerate_ref_paths(result: dict[str, Any]) -> list[str]:
+    """Every citable path of a canonical result, in result order."""
+    paths: list[str] = []
+    for key in ("entries", "series", "rows", "lines", "config", "results"):
+        items = result.get(key)
+        if isinstance(items, list):
+            paths.extend(f"$.{key}[{i}]" for i in range(len(items)))
+    for key in ("settings", "status"):
+        mapping = result.get(key)
+        if isinstance(mapping, dict):
+            paths.extend(f"$.{key}{key_segment(str(k))}" for k in mapping)
+    info = result.get("info")
+    if isinstance(info, dict):
+        for section, fields in info.items():
+            if isinstance(fields, dict):
+                paths.extend(f"$.info{key_segment(str(section))}{key_segment(str(f))}" for f in fields)
+    return paths
