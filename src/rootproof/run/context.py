@@ -92,6 +92,12 @@ class BudgetUsage:
             self.per_tool[tool] = self.per_tool.get(tool, 0) + 1
             return None
 
+    def refund_tool_call(self, tool: str) -> None:
+        """Give back a call taken by a check that a later interceptor refused."""
+        with self._lock:
+            self.tool_calls -= 1
+            self.per_tool[tool] -= 1
+
     def as_dict(self) -> dict[str, object]:
         """A snapshot for the trace."""
         with self._lock:

@@ -1,0 +1,186 @@
+"""The ReAct agent loop: model step → tool calls through the ToolBoundary → observations → next step.
+
+Ends at a valid draft, a budget, the deadline, cancellation or a provider failure. Max steps end
+gracefully: a final no-tools step asks for the draft.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rootproof.agent.draft import DiagnosisDraft, draft_json_schema, parse_draft
+from rootproof.agent.models.base import (
+    AssistantMessage,
+    Message,
+    Model,
+    ModelRequest,
+    ModelTurn,
+    SystemMessage,
+    ToolResultMessage,
+    ToolSpec,
+    UserMessage,
+)
+from rootproof.boundary.boundary import ToolBoundary, ToolCallRequest
+from rootproof.errors import BudgetExhausted, ModelError, ModelUnavailable
+from rootproof.run.context import RunContext
+from rootproof.run.records import ReasoningAuditRecord, StepRecord, TraceSink
+
+__all__ = ["LoopEnd", "LoopResult", "run_agent"]
+
+LoopEnd = Literal["DRAFT", "NO_DRAFT", "BUDGET_EXHAUSTED", "DEADLINE_EXCEEDED", "MODEL_UNAVAILABLE", "CANCELLED"]
+SUMMARY_CAP = 600
+
+
+@dataclass(kw_only=True)
+class LoopResult:
+    """How the loop ended."""
+
+    end: LoopEnd
+    draft: DiagnosisDraft | None = None
+    raw_draft: dict[str, Any] | str | None = None
+    steps: int = 0
+    detail: str = ""
+    messages: list[Message] = field(default_factory=list)
+
+
+def _summary(messages: list[Message]) -> str:
+    last = messages[-1]
+    content = getattr(last, "content", "") or ""
+    return f"{len(messages)} messages; last {last.role}: {content[:SUMMARY_CAP]}"
+
+
+def _output_summary(turn: ModelTurn) -> str:
+    parts = []
+    if turn.text:
+        parts.append(turn.text[:SUMMARY_CAP])
+    for c in turn.tool_calls:
+        args = c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments, ensure_ascii=False)
+        parts.append(f"call {c.name}({args[:200]})")
+    if turn.draft is not None:
+        parts.append("draft submitted")
+    return " | ".join(parts)[: SUMMARY_CAP * 2]
+
+
+def _budget_spent(ctx: RunContext) -> bool:
+    u, b = ctx.usage, ctx.budget
+    return u.tool_calls >= b.tool_calls or u.tokens >= b.tokens or u.model_calls >= b.model_calls
+
+
+def run_agent(
+    ctx: RunContext,
+    model: Model,
+    boundary: ToolBoundary,
+    *,
+    system_prompt: str,
+    user_prompt: str,
+    tools: list[ToolSpec],
+    sink: TraceSink | None = None,
+) -> LoopResult:
+    """Drive the model until it submits a draft or the run must stop."""
+    messages: list[Message] = [SystemMessage(content=system_prompt), UserMessage(content=user_prompt)]
+    schema = draft_json_schema()
+    repaired = False
+    force_draft = False
+    while True:
+        if ctx.cancellation.cancelled:
+            return LoopResult(end="CANCELLED", steps=ctx.progress.step_index + 1, messages=messages)
+        if ctx.time_left() <= 0:
+            return LoopResult(end="DEADLINE_EXCEEDED", steps=ctx.progress.step_index + 1, messages=messages)
+        remaining = ctx.budget.model_calls - ctx.usage.model_calls
+        if remaining <= 0:
+            return LoopResult(end="BUDGET_EXHAUSTED", steps=ctx.progress.step_index + 1, detail="model calls used up", messages=messages)
+        draft_mode = force_draft or remaining <= 1 or ctx.progress.stalled or _budget_spent(ctx)
+        step = ctx.progress.begin_step()
+        try:
+            ctx.usage.take_model_call(ctx.budget)
+        except BudgetExhausted as exc:
+            return LoopResult(end="BUDGET_EXHAUSTED", steps=step, detail=str(exc), messages=messages)
+        request = ModelRequest(
+            messages=list(messages),
+            tools=[] if draft_mode else tools,
+            draft_schema=schema,
+            mode="draft" if draft_mode else "gather",
+            time_left=ctx.time_left,
+            step_index=step,
+        )
+        t0 = time.monotonic()
+        try:
+            turn = model.step(request)
+        except ModelUnavailable as exc:
+            return LoopResult(end="MODEL_UNAVAILABLE", steps=step + 1, detail=str(exc), messages=messages)
+        except ModelError as exc:
+            turn = ModelTurn(draft=f"<unusable model output: {exc}>")
+        duration = int((time.monotonic() - t0) * 1000)
+        ctx.usage.add_tokens(turn.usage.total)
+        if sink is not None:
+            sink.add_step(
+                StepRecord(
+                    run_id=ctx.run_id,
+                    session_id=ctx.session_id,
+                    step_index=step,
+                    model_input=_summary(messages),
+                    model_output=_output_summary(turn),
+                    has_text=bool(turn.text),
+                    has_tool_call=bool(turn.tool_calls),
+                    duration_ms=duration,
+                    input_tokens=turn.usage.input_tokens,
+                    output_tokens=turn.usage.output_tokens,
+                )
+            )
+            plan = ", ".join(f"{c.name}({json.dumps(c.arguments, ensure_ascii=False) if not isinstance(c.arguments, str) else c.arguments})" for c in turn.tool_calls)
+            sink.add_reasoning(
+                ReasoningAuditRecord.build(
+                    run_id=ctx.run_id,
+                    session_id=ctx.session_id,
+                    step_index=step,
+                    reasoning=turn.reasoning,
+                    assistant_text=turn.text,
+                    tool_call_plan=plan or None,
+                )
+            )
+        if ctx.cancellation.cancelled:
+            return LoopResult(end="CANCELLED", steps=step + 1, messages=messages)
+        if ctx.time_left() <= 0:
+            return LoopResult(end="DEADLINE_EXCEEDED", steps=step + 1, messages=messages)
+        if turn.draft is not None:
+            draft, problem = parse_draft(turn.draft)
+            if draft is not None:
+                return LoopResult(end="DRAFT", draft=draft, raw_draft=turn.draft, steps=step + 1, messages=messages)
+            if repaired:
+                return LoopResult(end="NO_DRAFT", raw_draft=turn.draft, steps=step + 1, detail=problem or "", messages=messages)
+            repaired = True
+            force_draft = True
+            messages.append(AssistantMessage(content=turn.text or "", reasoning=turn.reasoning))
+            messages.append(UserMessage(content=f"Your draft is invalid: {problem}. Submit one corrected draft now with submit_draft."))
+            ctx.progress.end_step(had_calls=False)
+            continue
+        if turn.refused:
+            return LoopResult(end="NO_DRAFT", steps=step + 1, detail="the model refused", messages=messages)
+        if draft_mode:
+            if _budget_spent(ctx) and not force_draft:
+                return LoopResult(end="BUDGET_EXHAUSTED", steps=step + 1, detail="no draft after the final no-tools step", messages=messages)
+            if repaired or ctx.budget.model_calls - ctx.usage.model_calls <= 0:
+                end: LoopEnd = "BUDGET_EXHAUSTED" if _budget_spent(ctx) else "NO_DRAFT"
+                return LoopResult(end=end, steps=step + 1, detail="no draft when one was required", messages=messages)
+            repaired = True
+            messages.append(AssistantMessage(content=turn.text or "", reasoning=turn.reasoning))
+            messages.append(UserMessage(content="Tools are closed. Submit the DiagnosisDraft now with submit_draft, citing only evidence you observed."))
+            ctx.progress.end_step(had_calls=False)
+            continue
+        if turn.tool_calls:
+            messages.append(AssistantMessage(content=turn.text, tool_calls=tuple(turn.tool_calls), reasoning=turn.reasoning))
+            outcomes = boundary.call_many(
+                [ToolCallRequest(name=c.name, arguments=c.arguments, call_id=c.id, step_index=step) for c in turn.tool_calls]
+            )
+            for o in outcomes:
+                messages.append(ToolResultMessage(tool_call_id=o.call_id, name=o.invocation.tool_name, content=json.dumps(o.observation, ensure_ascii=False)))
+            ctx.progress.end_step(had_calls=True)
+            if ctx.usage.tool_calls >= ctx.budget.tool_calls:
+                force_draft = True
+        else:
+            messages.append(AssistantMessage(content=turn.text or "", reasoning=turn.reasoning))
+            messages.append(UserMessage(content="Call the tools you need, or submit the draft with submit_draft."))
+            ctx.progress.end_step(had_calls=True)

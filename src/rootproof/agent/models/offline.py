@@ -1,0 +1,489 @@
+"""The offline planner: the embedded default model. Deterministic and explainable.
+
+Diagnosis knowledge is data: candidate hypotheses and their signals come from the knowledge
+cards that `lookup_knowledge` returned in this run; runtime evidence is read only from the
+observations in the conversation. No scenario ids, no ground truth, no per-incident rules.
+
+Steps: (0) look up knowledge and take a broad first look with each allowed runtime tool;
+(1..) call only for signals not yet observable, merged per tool and kind, never repeating a
+scope; then write the draft: the best hypothesis becomes the root cause only if it clears a
+threshold and a margin over the runner-up; the others are ruled out (citing the evidence
+that points elsewhere) or left open; too little evidence → no root cause.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rootproof.agent.models.base import ModelRequest, ModelTurn, ToolCall, UserMessage
+from rootproof.agent.models.evidence_view import (
+    LOG_KINDS,
+    Hit,
+    Observation,
+    evaluate_signal,
+    observations_from,
+    signal_strings,
+)
+from rootproof.taxonomy import RECOVERY_ACTIONS
+
+if TYPE_CHECKING:
+    from rootproof.kb import KnowledgeBase
+    from rootproof.kb.cards import Hypothesis, Signal
+
+__all__ = ["KnowledgeAnswerer", "OfflinePlanner"]
+
+ROOT_THRESHOLD = 3.0
+"""Seen signal weight a hypothesis needs to become the root cause."""
+MARGIN = 1.5
+"""Seen weight the best hypothesis needs over the runner-up."""
+MAX_CALLS_PER_TOOL = 4
+MAX_TOOL_CALLS = 12
+MAX_PHRASES = 8
+EXCERPT_MAX = 280
+BROAD = {
+    "query_logs": {},
+    "query_metrics": {"metric": "*"},
+    "inspect_postgres": {"kind": "activity"},
+    "inspect_redis": {"kind": "info"},
+    "inspect_nginx": {"kind": "error_log"},
+}
+_STOP_CODES = {"SCOPE_SATURATED", "BUDGET_EXHAUSTED", "TOOL_NOT_ALLOWED", "CIRCUIT_OPEN"}
+_CARD_ID = re.compile(r"^\[([a-z0-9-]+)\]")
+
+_LABELS_ZH = {
+    "row_lock_contention": "行锁争用", "deadlock": "死锁", "connection_exhaustion": "连接耗尽", "pool_leak": "连接池泄漏",
+    "slow_query": "慢查询", "replication_lag": "复制延迟", "max_clients_reached": "达到最大客户端数", "memory_eviction": "内存驱逐",
+    "upstream_timeout": "上游超时", "gc_pause": "GC 停顿", "oom_kill": "OOM kill", "disk_full": "磁盘满",
+    "dns_resolution_failure": "DNS 解析失败", "certificate_expired": "证书过期", "bad_config_rollout": "配置变更",
+    "cpu_saturation": "CPU 饱和", "thread_pool_exhaustion": "线程池耗尽", "queue_backlog": "队列积压", "network_partition": "网络分区",
+}
+
+
+def _label(component: str, mechanism: str, zh: bool) -> str:
+    comp = component.replace("_", " ")
+    if zh:
+        return f"{comp} {_LABELS_ZH.get(mechanism, mechanism.replace('_', ' '))}"
+    return f"{comp} {mechanism.replace('_', ' ')}"
+
+
+def _question(request: ModelRequest) -> str:
+    for m in request.messages:
+        if isinstance(m, UserMessage):
+            return m.content
+    return ""
+
+
+def _is_zh(text: str) -> bool:
+    return sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff") >= 2
+
+
+def _alert(question: str) -> dict[str, Any]:
+    marker = "Alert payload (data):\n"
+    if marker in question:
+        try:
+            data = json.loads(question.split(marker, 1)[1])
+            return data if isinstance(data, dict) else {}
+        except json.JSONDecodeError:
+            return {}
+    return {}
+
+
+def _excerpt(text: str, anchors: list[str]) -> str:
+    """A verbatim piece of `text` (whole when short), centred on the first anchor found."""
+    if len(text) <= EXCERPT_MAX:
+        return text
+    low = text.casefold()
+    pos = -1
+    for a in anchors:
+        pos = low.find(a.casefold())
+        if pos >= 0:
+            break
+    start = max(0, pos - 80) if pos >= 0 else 0
+    piece = text[start : start + EXCERPT_MAX]
+    if start > 0 and " " in piece[:40]:
+        piece = piece[piece.index(" ") + 1 :]
+    if start + EXCERPT_MAX < len(text) and " " in piece[-40:]:
+        piece = piece[: piece.rindex(" ")]
+    return piece.strip()
+
+
+@dataclass(kw_only=True)
+class Candidate:
+    """One hypothesis under test, merged over the cards that propose it."""
+
+    component: str
+    mechanism: str
+    rank: int
+    cards: list[str] = field(default_factory=list)
+    signals: list[Signal] = field(default_factory=list)
+    distinguishes_from: list[str] = field(default_factory=list)
+    recovery: list[str] = field(default_factory=list)
+    seen: float = 0.0
+    checked: float = 0.0
+    hits: list[tuple[Signal, list[Hit]]] = field(default_factory=list)
+    unobservable: list[Signal] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        """`component/mechanism`."""
+        return f"{self.component}/{self.mechanism}"
+
+    @property
+    def strong(self) -> bool:
+        """At least one seen signal of weight ≥ 2."""
+        return any(s.weight >= 2 for s, _ in self.hits)
+
+    def top_hits(self, n: int) -> list[Hit]:
+        """The hits of the heaviest signals, at most `n`, distinct refs."""
+        out: list[Hit] = []
+        for _, hits in sorted(self.hits, key=lambda sh: -sh[0].weight):
+            for h in hits[:1]:
+                if all((h.invocation_id, h.raw_path) != (o.invocation_id, o.raw_path) for o in out):
+                    out.append(h)
+        return out[:n]
+
+
+class OfflinePlanner:
+    """Implements the `Model` protocol without a language model."""
+
+    name = "offline-planner-v1"
+
+    def __init__(self, knowledge: KnowledgeBase) -> None:
+        self.kb = knowledge
+
+    # -- the protocol ------------------------------------------------------------------------
+    def step(self, request: ModelRequest) -> ModelTurn:
+        question = _question(request)
+        observations = observations_from(request.messages)
+        offered = {t.name for t in request.tools}
+        if not observations and request.mode == "gather":
+            return ModelTurn(tool_calls=self._first_look(question, offered, request.step_index))
+        candidates = self._candidates(observations)
+        self._score(candidates, observations)
+        if request.mode == "gather":
+            calls = self._next_calls(question, candidates, observations, offered, request.step_index)
+            if calls:
+                return ModelTurn(tool_calls=calls)
+        return ModelTurn(draft=self._draft(question, candidates, observations))
+
+    # -- planning --------------------------------------------------------------------------
+    def _first_look(self, question: str, offered: set[str], step: int) -> list[ToolCall]:
+        alert = _alert(question)
+        text = question.split("Alert payload (data):", 1)[0].strip()
+        lookup = " ".join(p for p in (text, str(alert.get("name", "")), str(alert.get("summary", ""))) if p).strip() or question[:500]
+        calls: list[ToolCall] = []
+        if "lookup_knowledge" in offered:
+            calls.append(ToolCall(id=f"s{step}-0", name="lookup_knowledge", arguments={"query": lookup[:1000], "top_k": 5}))
+        for i, (tool, args) in enumerate(BROAD.items(), start=1):
+            if tool in offered:
+                a = dict(args)
+                if tool == "query_logs" and alert.get("service"):
+                    a["service"] = str(alert["service"])
+                calls.append(ToolCall(id=f"s{step}-{i}", name=tool, arguments=a))
+        return calls
+
+    def _candidates(self, observations: list[Observation]) -> list[Candidate]:
+        out: dict[str, Candidate] = {}
+        for obs in observations:
+            if obs.tool != "lookup_knowledge" or not obs.ready:
+                continue
+            for ref in obs.refs:
+                m = _CARD_ID.match(str(ref.get("text", "")))
+                card = self.kb.cards.get(m.group(1)) if m else None
+                if card is None:
+                    continue
+                for h in card.hypotheses:
+                    self._merge(out, h, card.id)
+        return list(out.values())
+
+    @staticmethod
+    def _merge(out: dict[str, Candidate], h: Hypothesis, card_id: str) -> None:
+        key = f"{h.component}/{h.mechanism}"
+        c = out.get(key)
+        if c is None:
+            c = out[key] = Candidate(component=h.component, mechanism=h.mechanism, rank=len(out))
+        if card_id not in c.cards:
+            c.cards.append(card_id)
+        known = {s.model_dump_json() for s in c.signals}
+        c.signals.extend(s for s in h.signals if s.model_dump_json() not in known)
+        c.distinguishes_from.extend(d for d in h.distinguishes_from if d not in c.distinguishes_from)
+        c.recovery.extend(r for r in h.recovery if r not in c.recovery)
+
+    @staticmethod
+    def _score(candidates: list[Candidate], observations: list[Observation]) -> None:
+        for c in candidates:
+            c.seen = c.checked = 0.0
+            c.hits, c.unobservable = [], []
+            for s in c.signals:
+                observable, hits = evaluate_signal(s, observations)
+                if hits:
+                    c.hits.append((s, hits))
+                    c.seen += s.weight
+                if observable:
+                    c.checked += s.weight
+                else:
+                    c.unobservable.append(s)
+
+    def _next_calls(self, question: str, candidates: list[Candidate], observations: list[Observation], offered: set[str], step: int) -> list[ToolCall]:
+        lookups = [o for o in observations if o.tool == "lookup_knowledge"]
+        used: dict[str, int] = {}
+        for o in observations:
+            if o.code is None or o.ready:
+                used[o.tool] = used.get(o.tool, 0) + 1
+        blocked = {o.tool for o in observations if o.code in _STOP_CODES}
+        total = sum(used.values())
+        calls: list[ToolCall] = []
+        # A second lookup when the question's cards explain nothing seen so far.
+        if len(lookups) == 1 and "lookup_knowledge" in offered and "lookup_knowledge" not in blocked and not any(c.seen for c in candidates):
+            errors = self._error_lines(observations)
+            if errors:
+                calls.append(ToolCall(id=f"s{step}-k", name="lookup_knowledge", arguments={"query": " ".join(errors)[:1000], "top_k": 5}))
+                return calls
+        done = {json.dumps([o.tool, o.args], sort_keys=True) for o in observations}
+        groups: dict[tuple[str, str | None], list[Signal]] = {}
+        for c in sorted(candidates, key=lambda c: (-c.seen, c.rank)):
+            for s in sorted(c.unobservable, key=lambda s: -s.weight):
+                if s.tool in offered and s.tool not in blocked:
+                    groups.setdefault((s.tool, s.kind), []).append(s)
+        planned: list[tuple[float, str, dict[str, Any]]] = []
+        for (tool, kind), sigs in groups.items():
+            weight = max(s.weight for s in sigs)
+            log_like = tool == "query_logs" or (kind in LOG_KINDS.get(tool, set()))
+            if tool == "query_metrics":
+                for s in sigs:
+                    args: dict[str, Any] = {"metric": s.metric}
+                    if s.labels:
+                        args["labels"] = dict(s.labels)
+                    planned.append((s.weight, tool, args))
+                continue
+            args = {"kind": kind} if kind else {}
+            if log_like:
+                phrases: list[str] = []
+                for s in sigs:
+                    for p in ([s.query] if s.query else [f'"{x}"' for x in signal_strings(s)]):
+                        if p and p not in phrases:
+                            phrases.append(p)
+                if not phrases:
+                    continue
+                args["query"] = " ".join(phrases[:MAX_PHRASES])
+                scopes = {s.scope for s in sigs}
+                if tool == "query_logs" and len(scopes) == 1 and None not in scopes:
+                    args["scope"] = scopes.pop()
+            planned.append((weight, tool, args))
+        for _, tool, args in sorted(planned, key=lambda p: -p[0]):
+            sig = json.dumps([tool, args], sort_keys=True)
+            if sig in done or used.get(tool, 0) >= MAX_CALLS_PER_TOOL or total >= MAX_TOOL_CALLS:
+                continue
+            done.add(sig)
+            used[tool] = used.get(tool, 0) + 1
+            total += 1
+            calls.append(ToolCall(id=f"s{step}-{len(calls)}", name=tool, arguments=args))
+        return calls
+
+    @staticmethod
+    def _error_lines(observations: list[Observation]) -> list[str]:
+        out: list[str] = []
+        for o in observations:
+            if o.tool == "lookup_knowledge" or not o.ready:
+                continue
+            for ref in o.refs:
+                text = str(ref.get("text", ""))
+                if re.search(r"\b(ERROR|FATAL|PANIC|WARN(ING)?|\[error\]|\[crit\]|\[alert\]|\[emerg\])\b|Exception|refused|timed out|failed", text):
+                    msg = text.split("] ", 1)[-1] if o.tool == "query_logs" else text
+                    msg = msg[:200]
+                    if msg not in out:
+                        out.append(msg)
+                if len(out) >= 4:
+                    return out
+        return out
+
+    # -- the draft -------------------------------------------------------------------------
+    def _draft(self, question: str, candidates: list[Candidate], observations: list[Observation]) -> dict[str, Any]:
+        zh = _is_zh(question)
+        ranked = sorted(candidates, key=lambda c: (-c.seen, c.rank))
+        best = ranked[0] if ranked else None
+        runner = ranked[1].seen if len(ranked) > 1 else 0.0
+        confirmed = best is not None and best.seen >= ROOT_THRESHOLD and best.strong and best.seen - runner >= MARGIN
+        claims: list[dict[str, Any]] = []
+        hypotheses: list[dict[str, Any]] = []
+
+        def cite(h: Hit, anchors: list[str]) -> dict[str, Any]:
+            return {"invocation_id": h.invocation_id, "tool_name": h.tool, "raw_path": h.raw_path, "excerpt": _excerpt(h.text, anchors)}
+
+        def add_claim(text: str, kind: str, cits: list[dict[str, Any]]) -> str:
+            cid = f"c{len(claims) + 1}"
+            claims.append({"id": cid, "text": text, "kind": kind, "citations": cits})
+            return cid
+
+        root_cause = None
+        recovery: list[dict[str, Any]] = []
+        limitations: list[str] = []
+        next_steps: list[str] = []
+        if best is not None and confirmed:
+            label = _label(best.component, best.mechanism, zh)
+            rc_ids = []
+            for sig, hits in sorted(best.hits, key=lambda sh: -sh[0].weight)[:3]:
+                anchors = signal_strings(sig)
+                h = hits[0]
+                ex = _excerpt(h.text, anchors)
+                text = f"根因证据（{label}）：“{ex}”" if zh else f"Root cause evidence ({label}): \"{ex}\""
+                rc_ids.append(add_claim(text, "root_cause", [cite(h, anchors)]))
+            card_ref = self._card_hit(best, observations)
+            kc_ids = []
+            if card_ref is not None:
+                ex = _excerpt(card_ref.text, [])
+                kc_ids.append(add_claim(f"知识卡片：“{ex}”" if zh else f"Knowledge card: \"{ex}\"", "finding", [cite(card_ref, [])]))
+            culprit = self._culprit(best)
+            root_cause = {"component": best.component, "mechanism": best.mechanism, "culprit": culprit, "claim_ids": rc_ids}
+            hypotheses.append({"statement": label, "component": best.component, "mechanism": best.mechanism, "status": "confirmed", "claim_ids": rc_ids + kc_ids})
+            top = best.top_hits(1)
+            alternatives = [c for c in ranked[1:] if c.seen + MARGIN <= best.seen]
+            seen_keys = {best.key} | {c.key for c in alternatives}
+            extra = [p for p in best.distinguishes_from if p not in seen_keys]
+            for alt_key in [c.key for c in alternatives][:4] + extra[: max(0, 4 - len(alternatives))]:
+                comp, _, mech = alt_key.partition("/")
+                if len(claims) >= 11 or not top:
+                    break
+                alt = _label(comp, mech, zh)
+                ex = _excerpt(top[0].text, [])
+                text = f"排除 {alt}：证据指向 {label}：“{ex}”" if zh else f"{alt} ruled out: the evidence points to {label}: \"{ex}\""
+                cid = add_claim(text, "finding", [cite(top[0], [])])
+                hypotheses.append({"statement": alt, "component": comp, "mechanism": mech, "status": "ruled_out", "claim_ids": [cid]})
+            for c in ranked[1:]:
+                if c in alternatives:
+                    continue
+                hypotheses.append({"statement": _label(c.component, c.mechanism, zh), "component": c.component, "mechanism": c.mechanism, "status": "open", "claim_ids": []})
+            for action in best.recovery[:2]:
+                risk, approval = RECOVERY_ACTIONS[action]
+                verification = (
+                    f"执行后重新检查 {label} 的信号（如“{_excerpt(top[0].text, [])[:80]}”）不再出现，并确认业务延迟恢复"
+                    if zh
+                    else f"Re-run the checks for {label} and confirm the signal no longer appears and the symptom recovers"
+                )
+                recovery.append({"action": action, "target": culprit[:300], "risk": risk, "requires_approval": bool(approval or action != "no_action"), "verification": verification})
+            summary = (f"根因：{label}。{culprit}" if zh else f"Root cause: {label}. {culprit}")[:4000]
+            for s in best.unobservable[:3]:
+                limitations.append(("未能观察的信号：" if zh else "Signal not observed: ") + self._describe(s))
+        else:
+            for c in ranked[:6]:
+                status = "open"
+                cids: list[str] = []
+                if c.hits and len(claims) < 8:
+                    sig, hits = max(c.hits, key=lambda sh: sh[0].weight)
+                    anchors = signal_strings(sig)
+                    ex = _excerpt(hits[0].text, anchors)
+                    label = _label(c.component, c.mechanism, zh)
+                    cids.append(add_claim(f"{label} 的部分信号：“{ex}”" if zh else f"Partial signal of {label}: \"{ex}\"", "finding", [cite(hits[0], anchors)]))
+                hypotheses.append({"statement": _label(c.component, c.mechanism, zh), "component": c.component, "mechanism": c.mechanism, "status": status, "claim_ids": cids})
+            if best is None:
+                limitations.append("知识库未返回可检验的假设" if zh else "The knowledge base returned no hypothesis that could be tested")
+            elif best.seen == 0:
+                limitations.append("候选假设的信号均未在证据中出现" if zh else "None of the candidate hypotheses' signals appeared in the evidence")
+            else:
+                limitations.append(
+                    f"证据不足以区分候选原因（最强 {best.seen:g}，次强 {runner:g}）" if zh else f"The evidence does not single out one cause (strongest {best.seen:g}, runner-up {runner:g})"
+                )
+            summary = (
+                "未发现足以确认根因的证据；已检查的信号见下，未命中的查询仅表示该查询没有匹配。"
+                if zh
+                else "No evidence strong enough to confirm a root cause was found; the signals checked are listed below, and a query with no match means only that the query found no match."
+            )
+            next_steps.append("扩大时间窗口或补充相关服务的日志与指标后重新诊断" if zh else "Widen the window or add logs and metrics of the services involved, then diagnose again")
+        for o in observations:
+            if len(claims) >= 12:
+                break
+            if o.tool != "lookup_knowledge" and o.ready and o.evidence_status == "NO_EVIDENCE" and o.args.get("query"):
+                ref = next((r for r in o.refs if r.get("raw_path") == "$.no_evidence"), None)
+                if ref is not None:
+                    text = str(ref["text"])
+                    ex = _excerpt(text, [])
+                    add_claim(f"查询无匹配：“{ex}”" if zh else f"Query found no match: \"{ex}\"", "negative_observation", [{"invocation_id": o.invocation_id, "tool_name": o.tool, "raw_path": "$.no_evidence", "excerpt": ex}])
+        refused = [o for o in observations if not o.ready]
+        if refused:
+            limitations.append(
+                (f"{len(refused)} 次工具调用被拒绝或失败" if zh else f"{len(refused)} tool call(s) were refused or failed")
+                + f" ({', '.join(sorted({str(o.code) for o in refused}))})"
+            )
+        plan = []
+        for o in observations:
+            why = "broad first look" if o.step == 0 and o.tool != "lookup_knowledge" else ("knowledge lookup" if o.tool == "lookup_knowledge" else "check the signals of the candidate hypotheses")
+            plan.append({"step": max(o.step, 0), "hypothesis": best.key if best else "", "tool": o.tool, "why": why})
+        return {
+            "answer_version": "diagnosis_draft_v1",
+            "summary": summary,
+            "root_cause": root_cause,
+            "claims": claims,
+            "hypotheses": hypotheses[:20],
+            "plan": plan[:30],
+            "recovery": recovery,
+            "limitations": limitations[:20],
+            "next_steps": next_steps[:20],
+        }
+
+    @staticmethod
+    def _card_hit(c: Candidate, observations: list[Observation]) -> Hit | None:
+        for o in observations:
+            if o.tool != "lookup_knowledge" or not o.ready:
+                continue
+            for ref in o.refs:
+                m = _CARD_ID.match(str(ref.get("text", "")))
+                if m and m.group(1) in c.cards:
+                    return Hit(invocation_id=o.invocation_id, tool=o.tool, raw_path=str(ref["raw_path"]), text=str(ref["text"]), data_source=str(ref.get("data_source", "knowledge")))
+        return None
+
+    @staticmethod
+    def _culprit(c: Candidate) -> str:
+        for _, hits in sorted(c.hits, key=lambda sh: -sh[0].weight):
+            for h in hits:
+                if h.text.startswith("{"):
+                    try:
+                        row = json.loads(h.text)
+                    except json.JSONDecodeError:
+                        continue
+                    if isinstance(row, dict) and "pid" in row:
+                        parts = [f"pid {row['pid']}"] + [f"{k}={row[k]}" for k in ("state", "blocking_pids", "application_name") if row.get(k) not in (None, "", [])]
+                        return ", ".join(str(p) for p in parts)
+        top = c.top_hits(1)
+        return _excerpt(top[0].text, [])[:200] if top else ""
+
+    @staticmethod
+    def _describe(s: Signal) -> str:
+        what = ", ".join(signal_strings(s)) or (f"{s.field} {s.op} {s.value}" if s.field else (f"{s.metric} {s.trend}" if s.metric else json.dumps(s.where)))
+        return f"{s.tool}{'/' + s.kind if s.kind else ''}: {what}"
+
+
+class KnowledgeAnswerer:
+    """The KNOWLEDGE_QUERY path's offline model: look the question up, answer citing the cards."""
+
+    name = "offline-knowledge-v1"
+
+    def __init__(self, language: str) -> None:
+        self.zh = language == "zh"
+
+    def step(self, request: ModelRequest) -> ModelTurn:
+        question = _question(request)
+        observations = observations_from(request.messages)
+        if not observations and request.mode == "gather":
+            return ModelTurn(tool_calls=[ToolCall(id="k0", name="lookup_knowledge", arguments={"query": question[:1000], "top_k": 3})])
+        claims: list[dict[str, Any]] = []
+        titles: list[str] = []
+        for o in observations:
+            if not o.ready:
+                continue
+            for ref in o.refs[:3]:
+                path = str(ref.get("raw_path"))
+                text = str(ref.get("text", ""))
+                ex = _excerpt(text, [])
+                if path == "$.no_evidence":
+                    claims.append({"id": f"c{len(claims) + 1}", "text": (f"知识库没有匹配：“{ex}”" if self.zh else f"The knowledge base found no match: \"{ex}\""), "kind": "negative_observation", "citations": [{"invocation_id": o.invocation_id, "tool_name": o.tool, "raw_path": path, "excerpt": ex}]})
+                    continue
+                titles.append(text.split("]", 1)[-1].split(":", 1)[0].strip())
+                claims.append({"id": f"c{len(claims) + 1}", "text": (f"知识卡片：“{ex}”" if self.zh else f"Knowledge card: \"{ex}\""), "kind": "finding", "citations": [{"invocation_id": o.invocation_id, "tool_name": o.tool, "raw_path": path, "excerpt": ex}]})
+        if titles:
+            summary = ("相关知识卡片：" if self.zh else "Relevant knowledge cards: ") + "; ".join(titles)
+        else:
+            summary = "知识库中没有覆盖这个问题的卡片。" if self.zh else "No knowledge card covers this question."
+        return ModelTurn(draft={"answer_version": "diagnosis_draft_v1", "summary": summary, "root_cause": None, "claims": claims[:12]})

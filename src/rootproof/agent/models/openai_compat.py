@@ -1,0 +1,483 @@
+"""OpenAI-compatible chat-completions backend (OpenAI, DeepSeek, vLLM, Ollama, llama.cpp servers).
+
+The only module that imports the `openai` SDK. The SDK's own retries are off (`max_retries=0`):
+retries, backoff and the deadline are ours, and every SDK exception becomes a `ModelError` here.
+
+Provider quirks (see `_QUIRKS`):
+
+- llama.cpp rejects an assistant message with `content: null` (HTTP 500): send `""`.
+- Some llama.cpp chat templates drop `role: "tool"` messages: also relay each tool result as a
+  user message, after the run of tool messages it belongs to.
+- DeepSeek thinking mode returns `reasoning_content` and requires it back on the assistant
+  message of a tool-call turn; it rejects forced tool choices, so the draft is asked for as
+  plain JSON in a final no-tools turn.
+- No provider here accepts `tool_choice: "required"`: it is never sent.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import random
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+try:
+    import openai
+except ImportError as exc:  # pragma: no cover - openai is a core dependency
+    raise ImportError(
+        "the OpenAI-compatible model needs the `openai` package: pip install 'openai>=3.50'"
+    ) from exc
+
+from rootproof.agent.models.base import (
+    AssistantMessage,
+    Message,
+    ModelRequest,
+    ModelTurn,
+    SystemMessage,
+    TokenUsage,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from rootproof.errors import ConfigError, ModelOutputError, ModelUnavailable
+
+__all__ = [
+    "DRAFT_TOOL_DESCRIPTION",
+    "DRAFT_TOOL_NAME",
+    "OpenAICompatModel",
+    "Provider",
+    "extract_json_object",
+]
+
+log = logging.getLogger(__name__)
+
+Provider = Literal["openai", "deepseek", "vllm", "ollama", "llamacpp"]
+
+DRAFT_TOOL_NAME = "submit_draft"
+DRAFT_TOOL_DESCRIPTION = (
+    "Submit the final DiagnosisDraft. Every claim must cite evidence refs from observations of this run."
+)
+DRAFT_AS_JSON_PROMPT = (
+    "Write the final DiagnosisDraft now, as one JSON object that validates against the JSON schema "
+    "below, and nothing else (no tool calls, no prose around it). Every claim must cite evidence refs "
+    "from observations of this run.\n\nJSON schema:\n{schema}"
+)
+
+_MAX_RETRY_AFTER_S = 30.0
+"""A `Retry-After` longer than this is not honoured; our own backoff applies instead."""
+_RETRYABLE_STATUS = frozenset({408, 429})
+"""Retryable 4xx statuses (timeouts and rate limits); every 5xx is retryable too."""
+_FENCE = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Quirks:
+    """What one provider needs beyond plain OpenAI chat completions."""
+
+    empty_assistant_content: bool = False
+    """Send `content: ""` rather than null on an assistant tool-call message (llama.cpp)."""
+    relay_tool_results: bool = False
+    """Also relay tool results as user messages (templates that drop `role: tool`)."""
+    replay_reasoning: bool = False
+    """Send `reasoning_content` back on assistant messages of this run (DeepSeek)."""
+    forced_tool_choice: bool = True
+    """The provider accepts forcing a named tool; if not, the draft is asked for as JSON text."""
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    """Name of the output cap (OpenAI's reasoning models refuse the older `max_tokens`)."""
+
+
+_QUIRKS: dict[str, _Quirks] = {
+    "openai": _Quirks(max_tokens_field="max_completion_tokens"),
+    "deepseek": _Quirks(replay_reasoning=True, forced_tool_choice=False),
+    "vllm": _Quirks(),
+    "ollama": _Quirks(),
+    "llamacpp": _Quirks(empty_assistant_content=True, relay_tool_results=True),
+}
+
+
+@dataclass(frozen=True)
+class _Retryable:
+    """One failed attempt that may be retried."""
+
+    status: str
+    """What went wrong, for the final message (`HTTP 503: overloaded`, `request timed out`)."""
+    retry_after: float | None = None
+    """Seconds the server asked us to wait, if it said."""
+
+
+class OpenAICompatModel:
+    """A `Model` on an OpenAI-compatible `/chat/completions` endpoint (sync, no streaming).
+
+    Tools are offered with `tool_choice: "auto"` while gathering; the draft is the
+    `submit_draft` tool (forced by name in `draft` mode) or, for DeepSeek, a JSON answer.
+    """
+
+    name: str
+    """`openai:<model>`."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str | None,
+        model: str,
+        provider: Provider = "openai",
+        timeout_s: float = 60.0,
+        max_retries: int = 3,
+        temperature: float | None = 0.0,
+        backoff_s: float = 0.5,
+    ) -> None:
+        """Build the client; nothing is sent until `step`.
+
+        Args:
+            base_url: The API root, e.g. `https://api.deepseek.com/v1` or `http://127.0.0.1:8080/v1`.
+            api_key: Bearer key; None for servers without authentication (the `OPENAI_API_KEY`
+                environment variable is never read, so one provider's key cannot leak to another).
+            model: The provider's model name.
+            provider: Selects the quirks to apply.
+            timeout_s: Per-request HTTP timeout in seconds (capped by the run's time left).
+            max_retries: Retries after the first attempt on 429, 5xx, timeouts and connection errors.
+            temperature: Sampling temperature; None sends none.
+            backoff_s: First retry delay in seconds; doubles on each retry, plus up to 25 % jitter.
+        """
+        if provider not in _QUIRKS:
+            raise ConfigError(
+                f"model provider must be one of {', '.join(sorted(_QUIRKS))} (got {provider!r})"
+            )
+        if timeout_s <= 0:
+            raise ConfigError(f"model timeout_s must be > 0 (got {timeout_s})")
+        if max_retries < 0:
+            raise ConfigError(f"model max_retries must be >= 0 (got {max_retries})")
+        if backoff_s < 0:
+            raise ConfigError(f"model backoff_s must be >= 0 (got {backoff_s})")
+        self.name = f"openai:{model}"
+        self.model = model
+        self.provider: Provider = provider
+        self.base_url = base_url
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.temperature = temperature
+        self.backoff_s = backoff_s
+        self._quirks = _QUIRKS[provider]
+        self._where = f"{provider} model {model!r} at {_redact_url(base_url)}"
+        try:
+            self._client = openai.OpenAI(
+                base_url=base_url,
+                # A placeholder keeps the SDK from reading OPENAI_API_KEY; servers without auth ignore it.
+                api_key=api_key or "unused",
+                max_retries=0,
+                timeout=timeout_s,
+            )
+        except openai.OpenAIError as exc:
+            raise ConfigError(f"cannot configure the {self._where}: {exc}") from None
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._client.close()
+
+    def __enter__(self) -> OpenAICompatModel:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- request -----------------------------------------------------------------------------
+
+    def step(self, request: ModelRequest) -> ModelTurn:
+        """Send one chat completion and turn the answer into a `ModelTurn`.
+
+        Raises:
+            ModelUnavailable: The provider failed (after retries for 429/5xx/timeouts, at once
+                for other 4xx), or the run has no time left for another attempt.
+            ModelOutputError: The provider answered 200 with something that is not a completion.
+        """
+        body = self.build_request(request)
+        response = self._send(body, request)
+        return self._parse(response, request)
+
+    def build_request(self, request: ModelRequest) -> dict[str, Any]:
+        """The chat-completions body (without `timeout`) this adapter sends for `request`."""
+        messages = self._messages(request.messages)
+        body: dict[str, Any] = {"model": self.model, "messages": messages}
+        as_json = request.mode == "draft" and not self._quirks.forced_tool_choice
+        if as_json:
+            schema = json.dumps(request.draft_schema, ensure_ascii=False, sort_keys=True)
+            messages.append({"role": "user", "content": DRAFT_AS_JSON_PROMPT.format(schema=schema)})
+        else:
+            tools = [
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
+                for t in request.tools
+                if t.name != DRAFT_TOOL_NAME
+            ]
+            tools.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": DRAFT_TOOL_NAME,
+                        "description": DRAFT_TOOL_DESCRIPTION,
+                        "parameters": request.draft_schema,
+                    },
+                }
+            )
+            body["tools"] = tools
+            if request.mode == "draft":
+                body["tool_choice"] = {"type": "function", "function": {"name": DRAFT_TOOL_NAME}}
+            else:
+                body["tool_choice"] = "auto"
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        if request.max_output_tokens is not None:
+            body[self._quirks.max_tokens_field] = request.max_output_tokens
+        return body
+
+    def _messages(self, messages: list[Message]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        relays: list[dict[str, Any]] = []
+        for msg in messages:
+            if not isinstance(msg, ToolResultMessage) and relays:
+                # Relays follow the whole run of tool messages: an assistant tool-call message
+                # must be followed directly by its tool messages.
+                out.extend(relays)
+                relays = []
+            if isinstance(msg, SystemMessage):
+                out.append({"role": "system", "content": msg.content})
+            elif isinstance(msg, UserMessage):
+                out.append({"role": "user", "content": msg.content})
+            elif isinstance(msg, AssistantMessage):
+                out.append(self._assistant(msg))
+            else:
+                out.append({"role": "tool", "tool_call_id": msg.tool_call_id, "content": msg.content})
+                if self._quirks.relay_tool_results:
+                    relays.append(
+                        {
+                            "role": "user",
+                            "content": f"Tool result for {msg.name} ({msg.tool_call_id}):\n{msg.content}",
+                        }
+                    )
+        out.extend(relays)
+        return out
+
+    def _assistant(self, msg: AssistantMessage) -> dict[str, Any]:
+        item: dict[str, Any] = {"role": "assistant"}
+        if msg.tool_calls:
+            item["content"] = msg.content or ("" if self._quirks.empty_assistant_content else None)
+            item["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {
+                        "name": call.name,
+                        "arguments": call.arguments
+                        if isinstance(call.arguments, str)
+                        else json.dumps(call.arguments, ensure_ascii=False),
+                    },
+                }
+                for call in msg.tool_calls
+            ]
+        else:
+            item["content"] = msg.content or ""
+        if self._quirks.replay_reasoning and msg.reasoning:
+            # Only this run's messages ever reach the adapter (seed 004): replay stays in the run.
+            item["reasoning_content"] = msg.reasoning
+        return item
+
+    # -- transport and retries ---------------------------------------------------------------
+
+    def _send(self, body: dict[str, Any], request: ModelRequest) -> Any:
+        last = "no attempt"
+        for attempt in range(self.max_retries + 1):
+            left = request.time_left()
+            if left <= 0:
+                raise ModelUnavailable(
+                    f"{self._where}: no time left in the run after {attempt} attempt(s) (last: {last})"
+                )
+            try:
+                return self._client.chat.completions.create(**body, timeout=min(self.timeout_s, left))
+            except openai.OpenAIError as exc:
+                failure = self._classify(exc)
+            except ValueError as exc:  # a JSON content type with a body that is not JSON
+                raise ModelOutputError(f"{self._where}: the response is not valid JSON ({exc})") from None
+            last = failure.status
+            if attempt == self.max_retries:
+                break
+            delay = self._delay(attempt, failure.retry_after)
+            left = request.time_left()
+            if delay >= left:
+                raise ModelUnavailable(
+                    f"{self._where}: {last} after {attempt + 1} attempt(s); the next retry in {delay:.2f} s "
+                    f"would pass the run's deadline ({max(left, 0.0):.2f} s left)"
+                )
+            log.debug("model %s: %s, retry %d in %.2f s", self.name, last, attempt + 1, delay)
+            time.sleep(delay)
+        raise ModelUnavailable(f"{self._where}: {last} after {self.max_retries + 1} attempt(s)")
+
+    def _classify(self, exc: openai.OpenAIError) -> _Retryable:
+        """Return a retryable failure, or raise the final `ModelError` for this exception."""
+        if isinstance(exc, openai.APITimeoutError):
+            return _Retryable("request timed out")
+        if isinstance(exc, openai.APIConnectionError):
+            cause = exc.__cause__ or exc
+            return _Retryable(f"connection error ({type(cause).__name__}: {cause})")
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            detail = _error_detail(exc)
+            if status in _RETRYABLE_STATUS or status >= 500:
+                return _Retryable(f"HTTP {status}: {detail}", retry_after=_retry_after(exc.response.headers))
+            raise ModelUnavailable(f"{self._where}: HTTP {status}: {detail}") from None
+        if isinstance(exc, openai.APIResponseValidationError):
+            raise ModelOutputError(
+                f"{self._where}: the response does not match a chat completion: {exc}"
+            ) from None
+        raise ModelUnavailable(f"{self._where}: {type(exc).__name__}: {exc}") from None
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None and 0 <= retry_after <= _MAX_RETRY_AFTER_S:
+            return retry_after
+        base = self.backoff_s * 2.0**attempt
+        return base + random.uniform(0, base / 4)
+
+    # -- response ----------------------------------------------------------------------------
+
+    def _parse(self, response: Any, request: ModelRequest) -> ModelTurn:
+        choices = getattr(response, "choices", None)
+        if not choices:
+            raise ModelOutputError(f"{self._where}: the response has no choices ({str(response)[:200]!r})")
+        message = getattr(choices[0], "message", None)
+        if message is None:
+            raise ModelOutputError(f"{self._where}: the first choice has no message")
+        text: str | None = getattr(message, "content", None)
+        calls: list[ToolCall] = []
+        draft: dict[str, Any] | str | None = None
+        for i, raw in enumerate(getattr(message, "tool_calls", None) or []):
+            fn = getattr(raw, "function", None)
+            if fn is None:  # custom (non-function) tool calls are not ours
+                continue
+            call_id = getattr(raw, "id", None) or f"call_{request.step_index}_{i}"
+            arguments = _parse_arguments(getattr(fn, "arguments", None))
+            if fn.name == DRAFT_TOOL_NAME:
+                if draft is None:
+                    draft = arguments
+                continue
+            calls.append(ToolCall(id=call_id, name=fn.name, arguments=arguments))
+        if draft is None and request.mode == "draft" and text and text.strip():
+            found = extract_json_object(text)
+            draft = found if found is not None else text
+        usage = getattr(response, "usage", None)
+        return ModelTurn(
+            text=text,
+            tool_calls=calls,
+            draft=draft,
+            reasoning=_reasoning(message),
+            usage=TokenUsage(
+                input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+            ),
+            refused=bool(getattr(message, "refusal", None)),
+        )
+
+
+def extract_json_object(text: str) -> dict[str, Any] | None:
+    """The JSON object in a model's text answer: fences stripped, else the outermost `{...}`."""
+    stripped = text.strip()
+    fenced = _FENCE.match(stripped)
+    if fenced:
+        stripped = fenced.group(1).strip()
+    candidates = [stripped]
+    start, end = stripped.find("{"), stripped.rfind("}")
+    if start != -1 and end > start:
+        candidates.append(stripped[start : end + 1])
+    for candidate in candidates:
+        try:
+            value = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    if start != -1:
+        # Trailing prose with braces of its own: decode the first object and ignore the rest.
+        try:
+            value, _ = json.JSONDecoder().raw_decode(stripped, start)
+        except ValueError:
+            return None
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def _parse_arguments(raw: object) -> dict[str, Any] | str:
+    """Parsed JSON object arguments, or the raw string when they are not a JSON object."""
+    if isinstance(raw, dict):
+        return raw
+    text = raw if isinstance(raw, str) else ""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, dict) else text
+
+
+def _reasoning(message: Any) -> str | None:
+    """`reasoning_content` as the provider returned it (not in the SDK's typed model), else None."""
+    value = getattr(message, "reasoning_content", None)
+    if value is None:
+        extra = getattr(message, "model_extra", None) or {}
+        value = extra.get("reasoning_content")
+    return value if isinstance(value, str) and value else None
+
+
+def _error_detail(exc: openai.APIStatusError) -> str:
+    """The server's own error message when its body carries one."""
+    body = exc.body
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return str(err["message"])[:500]
+        if isinstance(err, str):
+            return err[:500]
+    if isinstance(body, str) and body.strip():
+        return body.strip()[:500]
+    return exc.message[:500]
+
+
+def _retry_after(headers: Any) -> float | None:
+    """Seconds from `retry-after-ms` or `Retry-After` (seconds or an HTTP date), else None."""
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return max(float(ms) / 1000.0, 0.0)
+        value = headers.get("retry-after")
+    except (AttributeError, ValueError):
+        return None
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+def _redact_url(url: str) -> str:
+    """The URL without credentials, query or fragment (safe for messages and logs)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+    except ValueError:
+        return "<invalid URL>"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))

@@ -1,0 +1,105 @@
+"""The views of one canonical invocation: control view, model observation, durable audit."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rootproof.boundary.store import CanonicalInvocation, InvocationStatus
+from rootproof.run.records import InvocationRecord
+from rootproof.tools.refs import canonical_json
+
+__all__ = ["audit_record", "control_view", "model_observation"]
+
+PREVIEW_CAP = 1000
+OMIT_HINT = "narrow the query (service, level, since, terms)"
+
+
+def control_view(inv: CanonicalInvocation) -> dict[str, Any]:
+    """For the loop, events and metrics: status, evidence status and count, scope, bytes, source."""
+    return {
+        "invocation_id": inv.invocation_id,
+        "tool": inv.tool_name,
+        "step_index": inv.step_index,
+        "status": str(inv.status),
+        "code": inv.refusal_code,
+        "evidence_status": inv.evidence_status,
+        "evidence_count": sum(1 for r in inv.evidence_refs if r.raw_path != "$.no_evidence"),
+        "scope_key": inv.scope_key,
+        "result_bytes": inv.result_bytes,
+        "data_source": inv.data_source,
+        "duration_ms": inv.duration_ms,
+    }
+
+
+def model_observation(inv: CanonicalInvocation, budget_bytes: int) -> dict[str, Any]:
+    """What the agent reads: whole refs, in result order, until the byte budget; then `omitted`."""
+    if inv.status is not InvocationStatus.READY:
+        return {
+            "invocation_id": inv.invocation_id,
+            "tool": inv.tool_name,
+            "status": str(inv.status),
+            "code": inv.refusal_code,
+            "message": inv.message,
+        }
+    obs: dict[str, Any] = {
+        "invocation_id": inv.invocation_id,
+        "tool": inv.tool_name,
+        "status": str(inv.status),
+        "evidence_status": inv.evidence_status,
+        "data_source": inv.data_source,
+    }
+    if inv.result is not None:
+        for key in ("window", "total_matches", "kind"):
+            if key in inv.result:
+                obs[key] = inv.result[key]
+    if inv.message:
+        obs["message"] = inv.message
+    refs: list[dict[str, Any]] = []
+    obs["refs"] = refs
+    size = len(canonical_json(obs).encode())
+    omitted = 0
+    for ref in inv.evidence_refs:
+        item = ref.as_dict()
+        cost = len(canonical_json(item).encode()) + 1
+        if size + cost > budget_bytes:
+            omitted += 1
+            continue
+        refs.append(item)
+        size += cost
+    if omitted:
+        obs["omitted"] = omitted
+        obs["hint"] = OMIT_HINT
+    return obs
+
+
+def audit_record(inv: CanonicalInvocation, observation: dict[str, Any]) -> InvocationRecord:
+    """The durable `tool_invocation` row: metadata, bounded preview and the refs; never the payload."""
+    preview = json.dumps(observation, ensure_ascii=False)[:PREVIEW_CAP]
+    details = dict(inv.details)
+    return InvocationRecord(
+        invocation_id=inv.invocation_id,
+        run_id=inv.run_id,
+        session_id=inv.session_id,
+        step_index=inv.step_index,
+        tool_name=inv.tool_name,
+        input_params=inv.arguments if isinstance(inv.arguments, dict) else {"_raw": inv.arguments[:PREVIEW_CAP]},
+        scope_key=inv.scope_key,
+        status=str(inv.status),
+        refusal_code=inv.refusal_code,
+        message=inv.message,
+        evidence_status=inv.evidence_status,
+        data_source=inv.data_source,
+        evidence_refs=[r.as_dict() for r in inv.evidence_refs],
+        output_preview=preview,
+        retrieval_layer=details.get("layer"),
+        l0_match_count=details.get("l0_match_count"),
+        l1_match_count=details.get("l1_match_count"),
+        retrieval_details=details or None,
+        relevance_level=details.get("relevance_level"),
+        dedup_reason=details.get("dedup_reason"),
+        duration_ms=inv.duration_ms,
+        result_bytes=inv.result_bytes,
+        success=inv.status is InvocationStatus.READY,
+        error_message=inv.message if inv.status in (InvocationStatus.FAILED, InvocationStatus.TIMED_OUT) else None,
+    )

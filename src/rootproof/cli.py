@@ -1,0 +1,356 @@
+"""`rootproof`: the command line (typer + rich).
+
+Exit 0 when the command did its job, 2 on bad input or usage (one `Error: ...` line), 1 on an
+internal failure. `--json` prints exactly one JSON document on stdout; status lines go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from rootproof.errors import ConfigError, RootproofError, ScenarioError, UsageError
+from rootproof.kb.cli import kb_app
+from rootproof.run.records import EventRecord
+from rootproof.settings import load_settings
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(help="rootproof: incident diagnosis that publishes only what the evidence proves.", no_args_is_help=True, pretty_exceptions_enable=False)
+tools_app = typer.Typer(help="Evidence tools.", no_args_is_help=True)
+tool_app = typer.Typer(help="Run one tool call.", no_args_is_help=True)
+db_app = typer.Typer(help="Trace store.", no_args_is_help=True)
+scenarios_app = typer.Typer(help="Snapshot scenarios.", no_args_is_help=True)
+eval_app = typer.Typer(help="Benchmarks: guard, snapshot, retrieval, ir.", no_args_is_help=True)
+app.add_typer(tools_app, name="tools")
+app.add_typer(tool_app, name="tool")
+app.add_typer(db_app, name="db")
+app.add_typer(scenarios_app, name="scenarios")
+app.add_typer(eval_app, name="eval")
+app.add_typer(kb_app, name="kb")
+err = Console(stderr=True, highlight=False)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+def fail(exc: BaseException) -> None:
+    """Map an error to one line and an exit code (2 bad input, 1 internal)."""
+    if isinstance(exc, ConfigError | UsageError):
+        print(f"Error: {exc}", file=sys.stderr)
+        raise typer.Exit(2)
+    name = type(exc).__name__
+    print(f"Error: internal failure: {name}: {exc}", file=sys.stderr)
+    raise typer.Exit(1)
+
+
+def guarded(fn: Any) -> Any:
+    """Decorator: run a command body with the error mapping."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except Exception as exc:
+            fail(exc)
+
+    return wrapper
+
+
+def emit_json(data: Any, target: Path | None = None) -> None:
+    """One JSON document: on stdout, or written to `target`."""
+    text = json.dumps(data, ensure_ascii=False, indent=2, default=str)
+    if target is not None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text + "\n", encoding="utf-8")
+        err.print(f"wrote {target}")
+    else:
+        sys.stdout.write(text + "\n")
+
+
+def _harness() -> Any:
+    from rootproof.harness import Harness
+
+    return Harness(load_settings())
+
+
+def _scenario(ref: str | None) -> Any:
+    if ref is None:
+        return None
+    from rootproof.scenarios.loader import load_scenario
+
+    return load_scenario(ref)
+
+
+def _status_line(e: EventRecord) -> None:
+    d = e.data
+    if e.type == "metadata":
+        err.print(f"[dim]run {d['run_id']} (session {d['session_id']})[/dim]")
+    elif e.type == "status":
+        err.print(f"[cyan]» {d['phase']}[/cyan]")
+    elif e.type == "tool":
+        err.print(f"  tool {d['tool']} {d['status']}{' ' + str(d['code']) if d.get('code') else ''} {d.get('evidence_status') or ''} refs={d['evidence_count']} source={d.get('data_source')}")
+    elif e.type == "content":
+        err.print(f"[bold]» content {d.get('content_type')}[/bold]")
+    elif e.type == "done":
+        err.print(f"[bold]» done {d['release_outcome']} status={d['status']} {d['duration_ms']} ms[/bold]")
+
+
+def _print_content(content: dict[str, Any] | None) -> None:
+    if content is None:
+        print("(no content: the run was cancelled)")
+        return
+    kind = content.get("content_type")
+    if kind == "SAFE_FALLBACK":
+        fb = content["fallback"]
+        print(f"SAFE_FALLBACK {fb['type']}: {fb['message']}")
+        for x in fb["limitations"]:
+            print(f"  limitation: {x}")
+        for x in fb["next_steps"]:
+            print(f"  next step: {x}")
+        return
+    if kind == "SYSTEM_MESSAGE":
+        print(content["message"])
+        return
+    body = content.get("report") or content.get("answer") or {}
+    print(f"{kind}: {body.get('summary', '')}")
+    rc = body.get("root_cause")
+    if rc:
+        print(f"  root cause: {rc['component']} / {rc['mechanism']}  culprit: {rc.get('culprit', '')}")
+    for c in body.get("claims", []):
+        print(f"  [{c['kind']}] {c['text'][:200]}")
+    for r in body.get("recovery", []):
+        print(f"  recovery: {r['action']} (risk {r['risk']}, approval {'required' if r['requires_approval'] else 'not required'}) — {r['verification'][:120]}")
+    print(f"  verified sources: {len(content.get('verified_sources', []))}")
+
+
+def _read_alert(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: alert file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML or JSON: {exc}") from None
+    if not isinstance(data, dict) or not data.get("name"):
+        raise ConfigError(f"{path}: field name: an alert needs at least a name (and ideally service, severity, summary)")
+    return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in data.items()}
+
+
+@app.command()
+@guarded
+def diagnose(
+    question: Annotated[str | None, typer.Argument(help="The question (else --alert, else the scenario's question).")] = None,
+    scenario: Annotated[str | None, typer.Option("--scenario", help="Built-in scenario id or a scenario folder.")] = None,
+    alert: Annotated[Path | None, typer.Option("--alert", help="An alert payload file (YAML or JSON).")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="offline | openai")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Diagnose an incident; print the published report or the safe fallback."""
+    if model is not None and model not in ("offline", "openai"):
+        raise UsageError(f"--model: expected offline or openai (got {model!r})")
+    sc = _scenario(scenario)
+    alert_data = _read_alert(alert) if alert else None
+    if alert_data is None and sc is not None and sc.alert is not None and not question:
+        alert_data = None
+    text = question or (str(alert_data.get("summary") or alert_data.get("name")) if alert_data else None) or (sc.question if sc is not None else None)
+    if not text:
+        raise UsageError("no question: give QUESTION, --alert FILE or a --scenario with a question")
+    if sc is None:
+        from rootproof.agent.router import Route, offline_route
+
+        if alert_data is not None or offline_route(text, incident_scope=False) is Route.DIAGNOSIS:
+            raise UsageError("diagnosis needs evidence: give --scenario ID|DIR (no live backend is configured)")
+    h = _harness()
+    out = h.diagnose(text, scenario=sc, alert=alert_data, model=model, listeners=[_status_line])
+    if as_json:
+        emit_json(out.public())
+    else:
+        _print_content(out.content)
+        err.print(f"[dim]trace: rootproof trace {out.run_id}[/dim]")
+
+
+@app.command()
+@guarded
+def demo(as_json: JsonOpt = False) -> None:
+    """Run a published diagnosis and the seed's payment-timeout fallback on the embedded default."""
+    h = _harness()
+    results = []
+    for sid, q in (("pg-row-lock", None), ("payment-timeout", "支付接口最近出现超时")):
+        sc = _scenario(sid)
+        err.print(f"\n[bold]== scenario {sid}[/bold]")
+        out = h.diagnose(q or sc.question, scenario=sc, listeners=[] if as_json else [_status_line])
+        results.append({"scenario": sid, **out.public()})
+        if not as_json:
+            print(f"\n# {sid}: {q or sc.question}")
+            _print_content(out.content)
+            print(f"  status={out.status} release_outcome={out.release_outcome} run_id={out.run_id}")
+    if as_json:
+        emit_json({"runs": results})
+
+
+@tools_app.command("list")
+@guarded
+def tools_list(as_json: JsonOpt = False) -> None:
+    """List the evidence tools and their argument schemas."""
+    from rootproof.tools.base import TOOLS
+
+    data = [{"name": t.name, "description": t.description, "read_only": t.read_only, "parameters": t.json_schema()} for t in TOOLS.values()]
+    if as_json:
+        emit_json(data)
+        return
+    for t in data:
+        print(f"{t['name']:<18} {t['description']}")
+
+
+@tool_app.command("call")
+@guarded
+def tool_call(
+    name: Annotated[str, typer.Argument(help="Tool name.")],
+    scenario: Annotated[str | None, typer.Option("--scenario", help="Built-in scenario id or folder.")] = None,
+    args: Annotated[str, typer.Option("--args", help="Arguments as a JSON object.")] = "{}",
+    as_json: JsonOpt = False,
+) -> None:
+    """Run one call through the full boundary (a one-step run); print observation and invocation."""
+    from rootproof.tools.base import TOOLS
+
+    if name not in TOOLS:
+        raise UsageError(f"unknown tool {name!r} (expected one of {', '.join(TOOLS)})")
+    try:
+        parsed = json.loads(args)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--args: not valid JSON ({exc.msg} at position {exc.pos})") from None
+    if not isinstance(parsed, dict):
+        raise UsageError("--args: expected a JSON object")
+    if TOOLS[name].backend == "runtime" and scenario is None:
+        raise UsageError(f"{name} needs --scenario ID|DIR (no live backend is configured)")
+    sc = _scenario(scenario)
+    h = _harness()
+    outcome, ctx = h.tool_call(name, parsed, scenario=sc)
+    inv = outcome.invocation
+    doc = {
+        "run_id": ctx.run_id,
+        "invocation": {
+            "invocation_id": inv.invocation_id,
+            "tool_name": inv.tool_name,
+            "status": str(inv.status),
+            "refusal_code": inv.refusal_code,
+            "message": inv.message,
+            "evidence_status": inv.evidence_status,
+            "data_source": inv.data_source,
+            "scope_key": inv.scope_key,
+            "arguments": inv.arguments,
+            "evidence_refs": [r.as_dict() for r in inv.evidence_refs],
+            "duration_ms": inv.duration_ms,
+            "result_bytes": inv.result_bytes,
+        },
+        "observation": outcome.observation,
+    }
+    if as_json:
+        emit_json(doc)
+        return
+    print(f"{inv.tool_name} {inv.status} {inv.evidence_status or inv.refusal_code} source={inv.data_source} ({inv.duration_ms} ms)")
+    for r in outcome.observation.get("refs", []):
+        print(f"  {r['raw_path']}: {r['text'][:160]}")
+    if outcome.observation.get("omitted"):
+        print(f"  … {outcome.observation['omitted']} omitted: {outcome.observation['hint']}")
+
+
+@app.command()
+@guarded
+def trace(run_id: Annotated[str, typer.Argument(help="A run id.")], as_json: JsonOpt = False) -> None:
+    """Show what a run did, what it cost, where it stopped and what the user received."""
+    h = _harness()
+    data = h.sink.trace(run_id)
+    if data is None:
+        raise UsageError(f"unknown run id {run_id!r}")
+    if as_json:
+        emit_json(data)
+        return
+    run = data["run"]
+    print(f"run {run['run_id']} route={run['route']} model={run['model']} status={run['status']} release_outcome={run['release_outcome']} fallback={run['fallback_type']} {run['duration_ms']} ms tokens={run['tokens']}")
+    print(f"question: {run['question']}")
+    for s in data["steps"]:
+        print(f"  step {s['step_index']}: tool_call={s['has_tool_call']} {s['duration_ms']} ms out: {s['model_output'][:120]}")
+    for i in data["invocations"]:
+        print(f"  {i['invocation_id']} step {i['step_index']} {i['tool_name']} {i['status']} {i['refusal_code'] or i['evidence_status']} source={i['data_source']}")
+    ev = (run.get("self_evaluation") or {}).get("evidence_guard")
+    if ev:
+        print(f"  evidence guard: passed={ev['passed']} codes={ev['codes']}")
+    print("  events: " + " → ".join(e["type"] + (f"({e['data'].get('phase')})" if e["type"] == "status" else "") for e in data["events"]))
+
+
+@db_app.command("upgrade")
+@guarded
+def db_upgrade() -> None:
+    """Create or migrate the trace store schema to the newest revision."""
+    from rootproof.store.sql import upgrade
+
+    s = load_settings()
+    s.data_dir.mkdir(parents=True, exist_ok=True)
+    upgrade(s.resolved_database_url())
+    err.print("trace store is at the newest revision")
+
+
+@scenarios_app.command("list")
+@guarded
+def scenarios_list(ref: Annotated[str | None, typer.Argument(help="A folder of scenarios (default: built-in).")] = None, as_json: JsonOpt = False) -> None:
+    """List scenarios."""
+    from rootproof.scenarios.loader import list_scenarios, load_scenario
+
+    rows = []
+    for folder in list_scenarios(ref):
+        sc = load_scenario(folder)
+        rows.append({"id": sc.id, "language": sc.language, "title": sc.title, "allowed_tools": list(sc.allowed_tools)})
+    if as_json:
+        emit_json(rows)
+        return
+    for r in rows:
+        print(f"{r['id']:<28} {r['language']}  {r['title']}")
+
+
+@scenarios_app.command("validate")
+@guarded
+def scenarios_validate(ref: Annotated[str | None, typer.Argument(help="A scenario folder or a folder of them.")] = None) -> None:
+    """Check every file of every scenario; print each problem with file and field."""
+    from rootproof.scenarios.loader import list_scenarios, validate_scenario
+
+    problems = []
+    for folder in list_scenarios(ref):
+        problems.extend(validate_scenario(folder))
+    for p in problems:
+        print(p)
+    if problems:
+        raise ScenarioError(f"{len(problems)} problem(s) found")
+    err.print("all scenarios valid")
+
+
+def _mount_eval() -> None:
+    try:
+        from rootproof.eval import commands
+    except ImportError:
+        return
+    commands.register(eval_app)
+
+
+_mount_eval()
+
+
+def main() -> None:
+    """Entry point."""
+    try:
+        app()
+    except RootproofError as exc:  # errors raised outside a command body
+        fail(exc)
+
+
+if __name__ == "__main__":
+    main()

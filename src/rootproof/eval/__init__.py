@@ -1,0 +1,1 @@
+"""Evaluation: snapshot scenarios, retrieval (knowledge base and public IR collections), live faults."""

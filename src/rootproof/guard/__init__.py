@@ -1,0 +1,1 @@
+"""The release gate: EvidenceGuard (code), SemanticGuard (support), SafeFallback and release."""

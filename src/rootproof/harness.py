@@ -1,0 +1,400 @@
+"""Composition root: settings → backends, model, stores → a run, end to end.
+
+`Harness.diagnose` creates the RunContext before any model is called, routes, runs the agent
+loop through the ToolBoundary, releases through both guards, persists the terminal record and
+emits the public events.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rootproof.agent.draft import DiagnosisDraft
+from rootproof.agent.loop import LoopResult, run_agent
+from rootproof.agent.models.base import Model, ToolSpec
+from rootproof.agent.prompts import load_prompt, prompt_audit
+from rootproof.agent.router import Route, route
+from rootproof.boundary.boundary import CircuitBreaker, ToolBoundary, ToolCallRequest, ToolOutcome
+from rootproof.boundary.store import CanonicalStore, InMemoryCanonicalStore
+from rootproof.errors import ConfigError, UsageError
+from rootproof.guard.evidence import EvidenceGuardResult
+from rootproof.guard.fallback import FallbackType, SafeFallbackFactory
+from rootproof.guard.release import ReleaseDecision, release_draft, tool_trace_summary
+from rootproof.guard.semantic import OfflineJudge, SemanticGuard, SemanticResult
+from rootproof.run.context import RunBudget, RunCancellation, RunContext, ToolScope
+from rootproof.run.events import EventStream, Listener
+from rootproof.run.lifecycle import RunState
+from rootproof.run.records import MemoryTraceSink, RunRecord, TraceSink, utcnow
+from rootproof.settings import Settings
+from rootproof.tools.base import TOOLS, ToolBackend
+
+if TYPE_CHECKING:
+    from rootproof.kb import KnowledgeBase
+    from rootproof.scenarios.loader import Scenario
+
+__all__ = ["Harness", "RunOutcome"]
+
+_CANONICAL = InMemoryCanonicalStore()
+_BREAKER = CircuitBreaker()
+
+
+@dataclass(kw_only=True)
+class RunOutcome:
+    """Everything a caller may want about one finished run."""
+
+    run_id: str
+    session_id: str
+    status: str
+    release_outcome: str
+    content: dict[str, Any] | None
+    route: str
+    fallback_type: str | None = None
+    duration_ms: int = 0
+    tokens: int = 0
+    events: list[dict[str, Any]] = field(default_factory=list)
+    draft: DiagnosisDraft | None = None
+    evidence: EvidenceGuardResult | None = None
+    semantic: SemanticResult | None = None
+    outcomes: list[ToolOutcome] = field(default_factory=list)
+    loop_end: str | None = None
+
+    def public(self) -> dict[str, Any]:
+        """What `diagnose --json` prints."""
+        return {
+            "run_id": self.run_id,
+            "session_id": self.session_id,
+            "status": self.status,
+            "release_outcome": self.release_outcome,
+            "route": self.route,
+            "content": self.content,
+            "duration_ms": self.duration_ms,
+            "tokens": self.tokens,
+        }
+
+
+def _language_of(text: str) -> str:
+    cjk = sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff")
+    return "zh" if cjk >= 2 else "en"
+
+
+class Harness:
+    """Builds runs from settings; holds the process-wide stores and the knowledge base."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        sink: TraceSink | None = None,
+        canonical: CanonicalStore | None = None,
+        knowledge: KnowledgeBase | None = None,
+    ) -> None:
+        self.settings = settings
+        self._sink = sink
+        self.canonical = canonical or _CANONICAL
+        self._kb = knowledge
+        self._kb_lock = threading.Lock()
+
+    # -- parts ------------------------------------------------------------------------
+    @property
+    def sink(self) -> TraceSink:
+        """The trace store (SQL by default; opened on first use)."""
+        if self._sink is None:
+            from rootproof.store import SqlTraceStore
+
+            self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+            self._sink = SqlTraceStore(self.settings.resolved_database_url())
+        return self._sink
+
+    @property
+    def knowledge(self) -> KnowledgeBase:
+        """The knowledge base (built-in cards plus `cards_dir`), loaded once."""
+        with self._kb_lock:
+            if self._kb is None:
+                from rootproof.kb import KnowledgeBase
+
+                extra = [self.settings.cards_dir] if self.settings.cards_dir else []
+                self._kb = KnowledgeBase.load(extra, cache_dir=self.settings.data_dir / "kb-index")
+            return self._kb
+
+    def budget(self, scenario: Scenario | None = None) -> RunBudget:
+        """Budget from settings, with a scenario's overrides."""
+        s = self.settings
+        over = dict(scenario.budget) if scenario is not None and scenario.budget else {}
+        return RunBudget(
+            model_calls=int(over.get("model_calls", s.max_model_calls)),
+            tool_calls=int(over.get("tool_calls", s.max_tool_calls)),
+            calls_per_tool=int(over.get("calls_per_tool", s.max_calls_per_tool)),
+            tokens=s.max_tokens,
+            observation_bytes=s.observation_bytes,
+            deadline_s=s.deadline_s,
+            tool_timeout_s=s.tool_timeout_s,
+        )
+
+    def backends(self, scenario: Scenario | None) -> dict[str, ToolBackend]:
+        """Backends for a run: the scenario's snapshot for runtime tools, the knowledge base."""
+        out: dict[str, ToolBackend] = {"knowledge": _LazyKnowledge(self)}
+        if scenario is not None:
+            from rootproof.tools.backends.snapshot import SnapshotBackend
+
+            out["runtime"] = SnapshotBackend(scenario)
+        return out
+
+    def model(self, name: str | Model | None) -> Model:
+        """The agent model by name (`offline`, `openai`) or as given."""
+        if name is not None and not isinstance(name, str):
+            return name
+        choice = name or self.settings.model
+        if choice == "offline":
+            from rootproof.agent.models.offline import OfflinePlanner
+
+            return OfflinePlanner(self.knowledge)
+        if choice == "openai":
+            from rootproof.agent.models.openai_compat import OpenAICompatModel
+
+            s = self.settings
+            key = s.openai_api_key.get_secret_value() if s.openai_api_key else None
+            return OpenAICompatModel(
+                base_url=s.openai_base_url, api_key=key, model=s.openai_model, provider=s.openai_provider, timeout_s=s.model_timeout_s, max_retries=s.model_max_retries
+            )
+        raise ConfigError(f"ROOTPROOF_MODEL: unknown model {choice!r} (expected offline or openai)")
+
+    def semantic_guard(self) -> SemanticGuard:
+        """The offline judge with the multilingual embedding for cross-lingual coverage."""
+        from rootproof.kb.channels import encode as embed_texts
+
+        return SemanticGuard(OfflineJudge(embed=embed_texts))
+
+    # -- one tool call ---------------------------------------------------------------------
+    def tool_call(self, name: str, arguments: dict[str, Any] | str, *, scenario: Scenario | None) -> tuple[ToolOutcome, RunContext]:
+        """`rootproof tool call`: one call through the full boundary as a one-step run."""
+        if name not in TOOLS:
+            raise UsageError(f"unknown tool {name!r} (expected one of {', '.join(TOOLS)})")
+        allowed = frozenset(scenario.allowed_tools) if scenario is not None else frozenset({"lookup_knowledge"})
+        ctx = RunContext(
+            session_id=str(uuid.uuid4()),
+            scope=ToolScope(allowed_tools=allowed, scenario_id=scenario.id if scenario else None),
+            budget=self.budget(scenario),
+            clock=scenario.now if scenario is not None else None,
+        )
+        record = RunRecord(run_id=ctx.run_id, session_id=ctx.session_id, question=f"tool call {name}", route="TOOL_CALL", scenario_id=ctx.scope.scenario_id)
+        sink = self.sink
+        sink.save_run(record)
+        ctx.advance(RunState.RUNNING)
+        ctx.progress.begin_step()
+        boundary = ToolBoundary(ctx, backends=self.backends(scenario), store=self.canonical, sink=sink, breaker=_BREAKER)
+        outcome = boundary.call(ToolCallRequest(name=name, arguments=arguments, call_id="cli", step_index=0))
+        ctx.advance(RunState.COMPLETED)
+        self._finish(record, ctx, status="SUCCESS", outcome="NONE", content=None, fallback=None)
+        return outcome, ctx
+
+    # -- a whole run -----------------------------------------------------------------------
+    def diagnose(
+        self,
+        question: str,
+        *,
+        scenario: Scenario | None = None,
+        alert: dict[str, Any] | None = None,
+        model: str | Model | None = None,
+        listeners: list[Listener] | None = None,
+        session_id: str | None = None,
+        cancellation: RunCancellation | None = None,
+        language: str | None = None,
+    ) -> RunOutcome:
+        """Run one request to a safe end; never raises for run failures (they become fallbacks)."""
+        lang = language or (scenario.language if scenario is not None and not question.strip() else _language_of(question or (scenario.question if scenario else "")))
+        allowed = frozenset(scenario.allowed_tools) if scenario is not None else frozenset({"lookup_knowledge"})
+        ctx = RunContext(
+            session_id=session_id or str(uuid.uuid4()),
+            scope=ToolScope(allowed_tools=allowed, scenario_id=scenario.id if scenario else None),
+            budget=self.budget(scenario),
+            language="zh" if lang == "zh" else "en",
+            clock=scenario.now if scenario is not None else None,
+        )
+        if cancellation is not None:
+            ctx.cancellation = cancellation
+        sink = self.sink
+        events = EventStream(ctx.run_id, sink, listeners)
+        agent_model = self.model(model)
+        record = RunRecord(
+            run_id=ctx.run_id,
+            session_id=ctx.session_id,
+            question=question,
+            language=ctx.language,
+            model=agent_model.name,
+            scenario_id=ctx.scope.scenario_id,
+            deadline_at=ctx.deadline,
+        )
+        sink.save_run(record)
+        events.emit("metadata", {"session_id": ctx.session_id, "run_id": ctx.run_id})
+        out = RunOutcome(run_id=ctx.run_id, session_id=ctx.session_id, status="", release_outcome="", content=None, route="")
+        try:
+            self._run(ctx, record, events, out, question, scenario, alert, agent_model)
+        except Exception as exc:  # a bug or a store failure still ends in a fallback
+            record.error = f"{type(exc).__name__}: {str(exc)[:500]}"
+            self._fallback(ctx, record, events, out, FallbackType.INTERNAL_ERROR, status="FAILED")
+        out.events = [{"seq": e.seq, "type": e.type, "data": e.data} for e in events.events]
+        return out
+
+    def _run(
+        self,
+        ctx: RunContext,
+        record: RunRecord,
+        events: EventStream,
+        out: RunOutcome,
+        question: str,
+        scenario: Scenario | None,
+        alert: dict[str, Any] | None,
+        model: Model,
+    ) -> None:
+        ctx.advance(RunState.ROUTING)
+        events.emit("status", {"phase": "ROUTING"})
+        incident = scenario is not None or alert is not None
+        chosen = route(ctx, question or json.dumps(alert or {}), incident_scope=incident)
+        record.route = out.route = str(chosen)
+        if chosen is Route.SYSTEM_CHAT:
+            ctx.advance(RunState.RELEASING)
+            msg = (
+                "我是 rootproof 诊断助手：描述故障现象或告警，我会调用工具收集证据，只发布能被证据证明的结论。"
+                if ctx.language == "zh"
+                else "I am rootproof's diagnosis assistant: describe a symptom or an alert and I will gather evidence with tools and publish only what the evidence proves."
+            )
+            content = {"content_type": "SYSTEM_MESSAGE", "message": msg}
+            self._emit_content(ctx, record, events, out, content, "PUBLISHED", None)
+            return
+        knowledge = chosen is Route.KNOWLEDGE_QUERY
+        if not knowledge and scenario is None:
+            raise UsageError("DIAGNOSIS needs a scenario (--scenario) or a live backend")
+        ctx.advance(RunState.RUNNING)
+        events.emit("status", {"phase": "KNOWLEDGE_LOOKUP" if knowledge else "DIAGNOSIS_RUNNING"})
+        boundary = ToolBoundary(ctx, backends=self.backends(scenario), store=self.canonical, sink=self.sink, events=events, breaker=_BREAKER)
+        prompts = ["router", "knowledge_answer", "semantic_judge"] if knowledge else ["router", "diagnosis_agent", "semantic_judge"] + (["aiops"] if alert else [])
+        record.prompt_audit = prompt_audit(prompts)
+        tools = [ToolSpec(name=n, description=TOOLS[n].description, parameters=TOOLS[n].json_schema()) for n in TOOLS if n in ctx.scope.allowed_tools]
+        system = load_prompt("knowledge_answer" if knowledge else "diagnosis_agent").text
+        if alert:
+            system += "\n\n" + load_prompt("aiops").text
+        user = question
+        if alert:
+            user = (question + "\n\n" if question else "") + "Alert payload (data):\n" + json.dumps(alert, ensure_ascii=False, default=str)
+        if knowledge:
+            from rootproof.agent.models.offline import KnowledgeAnswerer
+
+            model = KnowledgeAnswerer(ctx.language)
+        loop = run_agent(ctx, model, boundary, system_prompt=system, user_prompt=user, tools=tools, sink=self.sink)
+        out.loop_end = loop.end
+        out.outcomes = list(boundary.outcomes)
+        self._after_loop(ctx, record, events, out, loop, question, knowledge)
+
+    def _after_loop(self, ctx: RunContext, record: RunRecord, events: EventStream, out: RunOutcome, loop: LoopResult, question: str, knowledge: bool) -> None:
+        if loop.end == "CANCELLED" or ctx.cancellation.cancelled:
+            ctx.advance(RunState.CANCELLED)
+            self._finish(record, ctx, status="CANCELLED", outcome="NONE", content=None, fallback=None)
+            out.status, out.release_outcome = "CANCELLED", "NONE"
+            events.emit("done", {"release_outcome": "NONE", "status": "CANCELLED", "duration_ms": ctx.elapsed_ms(), "tokens": ctx.usage.tokens})
+            return
+        ends = {
+            "NO_DRAFT": (FallbackType.NO_DRAFT, "SUCCESS"),
+            "BUDGET_EXHAUSTED": (FallbackType.BUDGET_EXHAUSTED, "SUCCESS"),
+            "DEADLINE_EXCEEDED": (FallbackType.DEADLINE_EXCEEDED, "TIMED_OUT"),
+            "MODEL_UNAVAILABLE": (FallbackType.MODEL_UNAVAILABLE, "FAILED"),
+        }
+        if loop.end in ends or loop.draft is None:
+            kind, status = ends.get(loop.end, (FallbackType.NO_DRAFT, "SUCCESS"))
+            self._fallback(ctx, record, events, out, kind, status=status)
+            return
+        ctx.advance(RunState.VALIDATING)
+        events.emit("status", {"phase": "SAFETY_VALIDATING"})
+        raw = loop.raw_draft if isinstance(loop.raw_draft, dict) else loop.draft.model_dump(mode="json")
+        decision: ReleaseDecision = release_draft(
+            raw,
+            run_id=ctx.run_id,
+            store=self.canonical,
+            semantic=self.semantic_guard(),
+            language=ctx.language,
+            question=question,
+            content_type="KNOWLEDGE_ANSWER" if knowledge else "DIAGNOSIS_REPORT",
+            root_cause_rules=not knowledge,
+        )
+        out.draft, out.evidence, out.semantic = loop.draft, decision.evidence, decision.semantic
+        record.self_evaluation = {
+            "evidence_guard": decision.evidence.as_dict(),
+            "semantic_guard": decision.semantic.as_dict() if decision.semantic else None,
+            "tool_trace_summary": tool_trace_summary(self.canonical, ctx.run_id, loop.draft),
+            "aiops_rule_evaluation": None,
+        }
+        if ctx.time_left() <= 0:
+            self._fallback(ctx, record, events, out, FallbackType.DEADLINE_EXCEEDED, status="TIMED_OUT")
+            return
+        if decision.release_outcome == "PUBLISHED" and loop.draft.root_cause is not None:
+            record.conclusion = loop.draft.root_cause.model_dump(mode="json", exclude={"claim_ids"})
+        ctx.advance(RunState.RELEASING)
+        self._emit_content(ctx, record, events, out, decision.content, decision.release_outcome, decision.fallback_type)
+
+    def _fallback(self, ctx: RunContext, record: RunRecord, events: EventStream, out: RunOutcome, kind: FallbackType, *, status: str) -> None:
+        if ctx.lifecycle.terminal:
+            return
+        if ctx.lifecycle.state is not RunState.RELEASING:
+            ctx.advance(RunState.RELEASING)
+        content = SafeFallbackFactory.build(kind, ctx.language)
+        terminal = {"SUCCESS": RunState.COMPLETED, "TIMED_OUT": RunState.TIMED_OUT, "FAILED": RunState.FAILED}[status]
+        self._emit_content(ctx, record, events, out, content, "FALLBACK", str(kind), terminal=terminal)
+
+    def _emit_content(
+        self,
+        ctx: RunContext,
+        record: RunRecord,
+        events: EventStream,
+        out: RunOutcome,
+        content: dict[str, Any],
+        outcome: str,
+        fallback: str | None,
+        terminal: RunState = RunState.COMPLETED,
+    ) -> None:
+        events.emit("content", content)
+        ctx.advance(terminal)
+        status = "SUCCESS" if terminal is RunState.COMPLETED else str(terminal)
+        self._finish(record, ctx, status=status, outcome=outcome, content=content, fallback=fallback)
+        out.status, out.release_outcome, out.content, out.fallback_type = status, outcome, content, fallback
+        out.duration_ms, out.tokens = ctx.elapsed_ms(), ctx.usage.tokens
+        events.emit("done", {"release_outcome": outcome, "status": status, "duration_ms": out.duration_ms, "tokens": out.tokens})
+
+    def _finish(self, record: RunRecord, ctx: RunContext, *, status: str, outcome: str, content: dict[str, Any] | None, fallback: str | None) -> None:
+        record.status = status
+        record.release_outcome = outcome
+        record.content = content
+        record.fallback_type = fallback
+        record.lifecycle_state = str(ctx.lifecycle.state)
+        record.budget_usage = ctx.usage.as_dict()
+        record.tokens = ctx.usage.tokens
+        record.ended_at = datetime.now(UTC)
+        record.duration_ms = ctx.elapsed_ms()
+        self.sink.save_run(record)
+
+
+class _LazyKnowledge:
+    """Loads the knowledge base on the first `lookup_knowledge` call only."""
+
+    def __init__(self, harness: Harness) -> None:
+        self._harness = harness
+        self._backend: ToolBackend | None = None
+
+    def call(self, tool: str, args: Any, *, now: datetime, run_id: str) -> Any:
+        if self._backend is None:
+            from rootproof.kb.backend import KnowledgeBackend
+
+            self._backend = KnowledgeBackend(self._harness.knowledge)
+        return self._backend.call(tool, args, now=now, run_id=run_id)
+
+
+def memory_harness(settings: Settings, **kwargs: Any) -> Harness:
+    """A harness whose trace goes to memory (tests, benchmarks)."""
+    return Harness(settings, sink=MemoryTraceSink(), **kwargs)
+
+
+_ = (utcnow, Path)

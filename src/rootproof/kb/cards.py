@@ -1,0 +1,370 @@
+"""Knowledge cards: the models, the loader and its validation (docs/knowledge-cards.md).
+
+A card is a Markdown file with YAML front matter. Every field is validated; a malformed card
+raises `CardError` with one line `FILE: field FIELD: expected ...`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from rootproof.errors import CardError
+from rootproof.taxonomy import COMPONENTS, MECHANISMS, CardDomain, Component, Mechanism, RecoveryAction
+
+__all__ = [
+    "SIGNAL_TOOLS",
+    "Card",
+    "Hypothesis",
+    "Signal",
+    "builtin_cards_dir",
+    "load_cards",
+    "parse_card",
+]
+
+SignalTool = Literal["query_logs", "query_metrics", "inspect_postgres", "inspect_redis", "inspect_nginx"]
+SIGNAL_TOOLS: tuple[str, ...] = ("query_logs", "query_metrics", "inspect_postgres", "inspect_redis", "inspect_nginx")
+"""The runtime tools a signal may name."""
+
+_KINDS: dict[str, frozenset[str]] = {
+    "inspect_postgres": frozenset(
+        {"activity", "locks", "settings", "database_stats", "replication", "top_queries", "log"}
+    ),
+    "inspect_redis": frozenset({"info", "clients", "slowlog", "config", "log"}),
+    "inspect_nginx": frozenset({"error_log", "access_log", "config", "status"}),
+}
+_TABLE_KINDS: dict[str, frozenset[str]] = {
+    "inspect_postgres": frozenset({"activity", "locks", "database_stats", "replication", "top_queries"}),
+    "inspect_redis": frozenset({"clients"}),
+}
+_FIELD_KINDS: dict[str, frozenset[str]] = {
+    "inspect_redis": frozenset({"info", "config"}),
+    "inspect_postgres": frozenset({"settings"}),
+    "inspect_nginx": frozenset({"status"}),
+}
+_LOG_KINDS: dict[str, frozenset[str]] = {
+    "inspect_postgres": frozenset({"log"}),
+    "inspect_redis": frozenset({"log", "slowlog"}),
+    "inspect_nginx": frozenset({"error_log", "access_log"}),
+}
+_WHERE_OPS = (">=", "<=", "!=", ">", "<")
+_ID = re.compile(r"^[a-z0-9-]+$")
+
+Scalar = str | int | float | bool
+
+
+def _bad(field: str, expected: str) -> PydanticCustomError:
+    return PydanticCustomError("card_field", "{field}: expected {expected}", {"field": field, "expected": expected})
+
+
+def _sorted_list(values: frozenset[str]) -> str:
+    return ", ".join(sorted(values))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Signal(_Strict):
+    """One piece of evidence that supports a hypothesis, with exactly one test."""
+
+    tool: SignalTool
+    """The runtime tool whose observations are tested."""
+    kind: str | None = None
+    """Which kind of the `inspect_*` tool to look at (required there, absent elsewhere)."""
+    weight: float = Field(default=1.0, gt=0)
+    """How much the signal counts (> 0, default 1)."""
+    match: list[str] | None = None
+    """Test: one ref's text contains every string."""
+    any_: list[str] | None = Field(default=None, alias="any")
+    """Test: one ref's text contains at least one string."""
+    where: dict[str, Scalar | list[Scalar]] | None = None
+    """Test: one table row satisfies every condition."""
+    field: str | None = None
+    """Test: the named field compares true with `op` and `value`."""
+    op: Literal["gt", "ge", "lt", "le", "eq", "ne", "contains"] | None = None
+    """Comparison of the `field` test."""
+    value: Scalar | None = None
+    """Right-hand side of the `field` test."""
+    metric: str | None = None
+    """Test: a metric series matching this glob shows `trend`."""
+    trend: Literal["rises", "falls", "high", "low"] | None = None
+    """What the `metric` series must show."""
+    threshold: float | None = None
+    """Threshold of the `metric` test (default 0)."""
+    query: str | None = None
+    """What to send for `query_logs` and log-like kinds (default: the signal's strings, quoted)."""
+    scope: Literal["ALL", "APPLICATION", "DATABASE", "CACHE", "PROXY", "SYSTEM"] | None = None
+    """`query_logs` scope."""
+    level: Literal["DEBUG", "INFO", "WARN", "ERROR", "FATAL"] | None = None
+    """`query_logs` minimum level."""
+    labels: dict[str, str] | None = None
+    """`query_metrics` exact label matches."""
+
+    @property
+    def test(self) -> Literal["match", "any", "where", "field", "metric"]:
+        """Which test this signal carries."""
+        if self.match is not None:
+            return "match"
+        if self.any_ is not None:
+            return "any"
+        if self.where is not None:
+            return "where"
+        if self.field is not None:
+            return "field"
+        return "metric"
+
+    @model_validator(mode="after")
+    def _check(self) -> Signal:
+        tests = [
+            name
+            for name, v in (
+                ("match", self.match),
+                ("any", self.any_),
+                ("where", self.where),
+                ("field", self.field),
+                ("metric", self.metric),
+            )
+            if v is not None
+        ]
+        if len(tests) != 1:
+            got = ", ".join(tests) if tests else "none"
+            raise _bad("test", f"exactly one of match, any, where, field, metric (got {got})")
+        test = tests[0]
+        tool = self.tool
+        kinds = _KINDS.get(tool)
+        if kinds is not None:
+            if self.kind is None:
+                raise _bad("kind", f"one of {_sorted_list(kinds)} (required for {tool})")
+            if self.kind not in kinds:
+                raise _bad("kind", f"one of {_sorted_list(kinds)} for {tool} (got {self.kind!r})")
+        elif self.kind is not None:
+            raise _bad("kind", f"no kind for {tool} (got {self.kind!r})")
+        for name in ("match", "any"):
+            strings = self.match if name == "match" else self.any_
+            if strings is not None and (not strings or any(not s.strip() for s in strings)):
+                raise _bad(name, "a non-empty list of non-empty strings")
+        if test == "where":
+            allowed = _TABLE_KINDS.get(tool, frozenset())
+            if self.kind not in allowed:
+                raise _bad("where", "a table kind (inspect_postgres activity, locks, database_stats, "
+                           f"replication, top_queries; inspect_redis clients), not {tool} {self.kind or ''}".rstrip())
+            assert self.where is not None
+            if not self.where:
+                raise _bad("where", "at least one condition")
+            for key, cond in self.where.items():
+                if isinstance(cond, str):
+                    body = cond[2:] if cond[:2] in _WHERE_OPS else cond[1:] if cond[:1] in _WHERE_OPS else None
+                    if body is not None and not body.strip():
+                        raise _bad(f"where.{key}", f"a value after the operator (got {cond!r})")
+        if test == "field":
+            allowed = _FIELD_KINDS.get(tool, frozenset())
+            if self.kind not in allowed:
+                raise _bad("field", "an inspect_redis info or config, inspect_postgres settings or "
+                           f"inspect_nginx status signal, not {tool} {self.kind or ''}".rstrip())
+            if self.op is None:
+                raise _bad("op", "one of contains, eq, ge, gt, le, lt, ne (required with field)")
+            if self.value is None:
+                raise _bad("value", "a scalar (required with field)")
+        else:
+            if self.op is not None:
+                raise _bad("op", "no op without a field test")
+            if self.value is not None:
+                raise _bad("value", "no value without a field test")
+        if test == "metric":
+            if tool != "query_metrics":
+                raise _bad("metric", f"a query_metrics signal (got {tool})")
+            if self.trend is None:
+                raise _bad("trend", "one of falls, high, low, rises (required with metric)")
+        else:
+            if self.trend is not None:
+                raise _bad("trend", "no trend without a metric test")
+            if self.threshold is not None:
+                raise _bad("threshold", "no threshold without a metric test")
+        if self.query is not None and not (
+            tool == "query_logs" or (self.kind is not None and self.kind in _LOG_KINDS.get(tool, frozenset()))
+        ):
+            raise _bad("query", "a query only for query_logs and log-like kinds")
+        if (self.scope is not None or self.level is not None) and tool != "query_logs":
+            raise _bad("scope" if self.scope is not None else "level", "scope and level only for query_logs")
+        if self.labels is not None and tool != "query_metrics":
+            raise _bad("labels", "labels only for query_metrics")
+        return self
+
+
+class Hypothesis(_Strict):
+    """A cause the offline planner may test, with the signals that support it."""
+
+    component: Component
+    """Taxonomy component."""
+    mechanism: Mechanism
+    """Taxonomy mechanism."""
+    signals: list[Signal] = Field(min_length=1)
+    """Evidence that supports this hypothesis (at least one)."""
+    distinguishes_from: list[str] = Field(default_factory=list)
+    """`component/mechanism` pairs this card tells apart."""
+    recovery: list[RecoveryAction] = Field(default_factory=list)
+    """Taxonomy recovery actions, safest first."""
+
+    @field_validator("distinguishes_from")
+    @classmethod
+    def _pairs(cls, value: list[str]) -> list[str]:
+        for i, pair in enumerate(value):
+            comp, sep, mech = pair.partition("/")
+            if not sep or comp not in COMPONENTS or mech not in MECHANISMS:
+                raise _bad(
+                    f"distinguishes_from[{i}]",
+                    f"a taxonomy component/mechanism pair such as postgresql/slow_query (got {pair!r})",
+                )
+        return value
+
+
+class Card(_Strict):
+    """One knowledge card: validated front matter, the Markdown body and where it came from."""
+
+    id: str = Field(pattern=r"^[a-z0-9-]+$")
+    """`[a-z0-9-]+`, equal to the file stem."""
+    title: str = Field(min_length=1)
+    """One line."""
+    domain: CardDomain
+    """The card's domain."""
+    language: Literal["en", "zh"] = "en"
+    """Language of title and body."""
+    tags: list[str] = Field(default_factory=list)
+    """Free tags."""
+    identifiers: list[str] = Field(default_factory=list)
+    """Exact strings for the L0 identifier index (error codes, log signatures, metric names)."""
+    hypotheses: list[Hypothesis] = Field(default_factory=list)
+    """What the offline planner may test."""
+    body: str = ""
+    """The Markdown text after the front matter."""
+    path: Path = Path()
+    """The file the card was read from."""
+
+    @field_validator("title")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        if "\n" in value.strip() or not value.strip():
+            raise _bad("title", "one non-empty line")
+        return value.strip()
+
+    @field_validator("tags", "identifiers")
+    @classmethod
+    def _non_empty(cls, value: list[str]) -> list[str]:
+        for s in value:
+            if not s.strip():
+                raise ValueError("a list of non-empty strings")
+        return value
+
+
+class _CardLoader(yaml.SafeLoader):
+    """YAML loader where only `true`/`false` are booleans (`on`, `yes`, `off` stay strings)."""
+
+
+_CardLoader.yaml_implicit_resolvers = {
+    ch: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_CardLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+
+_FRONT = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)(.*)\Z", re.S)
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(front matter)"
+
+
+def _describe(err: Any) -> tuple[str, str]:
+    """(field path, what is expected) of one pydantic error."""
+    loc = tuple(err["loc"])
+    etype = err["type"]
+    ctx = err.get("ctx") or {}
+    got = err.get("input")
+    if etype == "card_field":
+        sub = str(ctx["field"])
+        base = _loc(loc)
+        return (f"{base}.{sub}" if loc else sub), str(ctx["expected"])
+    field = _loc(loc)
+    if etype == "missing":
+        return field, "a value (the field is required)"
+    if etype == "extra_forbidden":
+        return field, "no such field (unknown fields are errors; see docs/knowledge-cards.md)"
+    if etype == "literal_error":
+        return field, f"one of {ctx.get('expected')} (got {got!r})"
+    if etype == "string_pattern_mismatch":
+        return field, f"text matching {ctx.get('pattern')} (got {got!r})"
+    if etype == "value_error":
+        return field, f"{str(ctx.get('error', err['msg']))} (got {got!r})"
+    msg = str(err["msg"])
+    msg = msg.removeprefix("Input should be ").removeprefix("Value error, ")
+    return field, f"{msg} (got {got!r})"
+
+
+def parse_card(text: str, path: Path) -> Card:
+    """Parse and validate one card's text; `path` names it in errors."""
+    m = _FRONT.match(text.lstrip("\ufeff"))
+    if not m:
+        raise CardError(f"{path}: field (front matter): expected the file to start with '---', YAML, '---'")
+    try:
+        data = yaml.load(m.group(1), Loader=_CardLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise CardError(f"{path}: field (front matter): expected valid YAML ({exc})") from exc
+    if not isinstance(data, dict):
+        raise CardError(f"{path}: field (front matter): expected a mapping of fields")
+    for reserved in ("body", "path"):
+        if reserved in data:
+            raise CardError(f"{path}: field {reserved}: expected no such field (unknown fields are errors)")
+    try:
+        card = Card.model_validate({**data, "body": m.group(2).strip(), "path": path})
+    except ValidationError as exc:
+        field, expected = _describe(exc.errors()[0])
+        raise CardError(f"{path}: field {field}: expected {expected}") from None
+    if card.id != path.stem:
+        raise CardError(f"{path}: field id: expected the file name without .md ({path.stem!r}), got {card.id!r}")
+    if not card.body:
+        raise CardError(f"{path}: field (body): expected Markdown text after the front matter")
+    return card
+
+
+def builtin_cards_dir() -> Path:
+    """The folder of the built-in cards inside the installed package."""
+    return Path(str(resources.files("rootproof.kb") / "cards"))
+
+
+def _card_files(folder: Path) -> Iterator[Path]:
+    if not folder.is_dir():
+        raise CardError(f"{folder}: field (cards folder): expected an existing folder of .md cards")
+    for p in sorted(folder.glob("*.md")):
+        if p.name.lower() != "readme.md":
+            yield p
+
+
+def load_cards(extra_dirs: Sequence[Path] = (), *, builtin: bool = True) -> dict[str, Card]:
+    """Load the built-in cards (unless `builtin=False`) and every `*.md` in `extra_dirs`.
+
+    Raises `CardError` for a malformed card or an id defined twice.
+    """
+    folders: list[Path] = []
+    if builtin:
+        b = builtin_cards_dir()
+        if b.is_dir():
+            folders.append(b)
+    folders.extend(Path(d) for d in extra_dirs)
+    cards: dict[str, Card] = {}
+    for folder in folders:
+        for p in _card_files(folder):
+            card = parse_card(p.read_text(encoding="utf-8"), p)
+            if card.id in cards:
+                raise CardError(f"{p}: field id: expected a unique id ({card.id!r} is also {cards[card.id].path})")
+            cards[card.id] = card
+    return cards

@@ -1,0 +1,446 @@
+"""The knowledge base: chunking, the L0 identifier index, hybrid L1 retrieval, grading, cache.
+
+- Chunks: a card's body split at `##` headings (long sections split further at blank lines);
+  a chunk's `text` is its Markdown, and what is indexed carries the card title (and, for the
+  keyword channel, tags and identifiers) so every chunk has its own context.
+- L0: identifiers (case-insensitive, NFKC, not glued to letters or digits) found in the query.
+  They only hint: a hinted card that L1 also keeps is raised one grade and gets an extra
+  fusion term; L0 never brings in a card that L1 did not keep.
+- L1: `KeywordIndex` and dense cosine per chunk; a card's channel score is its best chunk's;
+  the card order is reciprocal rank fusion (k = 60) of the channel ranks; grades come from the
+  channels' own scores against calibrated thresholds (`thresholds.py`); below every floor → no
+  result. One result per card (the chunk with the best fused chunk rank).
+- Reranker: a seam (`Reranker`), off by default.
+- Cache: chunk tokens and embeddings under `cache_dir/<hash of cards + code version>/`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from hashlib import sha256
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from rootproof.kb.cards import Card, load_cards
+from rootproof.kb.channels import EMBEDDING_MODEL, RRF_K, DenseIndex, FloatArray, KeywordIndex, encode
+from rootproof.kb.text import TOKENIZER_VERSION, contains_identifier, normalize, tokenize
+from rootproof.kb.thresholds import THRESHOLDS
+
+__all__ = [
+    "CHANNELS",
+    "GRADES",
+    "INDEX_VERSION",
+    "CardScores",
+    "Chunk",
+    "Grade",
+    "KnowledgeBase",
+    "Reranker",
+    "SearchHit",
+    "SearchResponse",
+    "Thresholds",
+    "chunk_card",
+]
+
+INDEX_VERSION = "kb-index-3"
+"""Bumped whenever chunking or indexing changes (part of the cache key)."""
+CHANNELS = ("bm25", "dense")
+"""The L1 channels."""
+Grade = Literal["PRECISE", "HIGHLY_RELEVANT", "REFERENCE"]
+GRADES: tuple[Grade, ...] = ("PRECISE", "HIGHLY_RELEVANT", "REFERENCE")
+"""Grades, best first."""
+_MAX_CHUNK = 1500
+_HEADING = re.compile(r"^##(?!#)\s*(.*)$", re.M)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Chunk:
+    """A retrievable part of a card."""
+
+    chunk_id: str
+    """`{card_id}#{n}`, n from 1 in card order."""
+    card_id: str
+    title: str
+    text: str
+    """The chunk's Markdown (what a result shows and cites)."""
+
+    def dense_text(self) -> str:
+        """What is embedded: the title, then the chunk."""
+        return f"{self.title}\n{self.text}"
+
+
+def _split_long(text: str) -> list[str]:
+    if len(text) <= _MAX_CHUNK:
+        return [text]
+    parts: list[str] = []
+    cur = ""
+    for para in re.split(r"\n\s*\n", text):
+        if cur and len(cur) + len(para) + 2 > _MAX_CHUNK:
+            parts.append(cur)
+            cur = para
+        else:
+            cur = f"{cur}\n\n{para}" if cur else para
+    if cur:
+        parts.append(cur)
+    return parts
+
+
+def chunk_card(card: Card) -> list[Chunk]:
+    """Split a card's body into chunks at `##` headings (the part before the first is chunk 1)."""
+    body = card.body
+    starts = [m.start() for m in _HEADING.finditer(body)]
+    bounds = [0, *starts, len(body)]
+    sections = [body[a:b].strip() for a, b in zip(bounds, bounds[1:], strict=False)]
+    texts: list[str] = []
+    for sec in sections:
+        # A leading "# Title" line alone carries nothing the title does not.
+        if not sec or re.fullmatch(r"#\s*[^\n]*", sec):
+            continue
+        texts.extend(_split_long(sec))
+    if not texts:
+        texts = [body.strip() or card.title]
+    return [
+        Chunk(chunk_id=f"{card.id}#{i}", card_id=card.id, title=card.title, text=t)
+        for i, t in enumerate(texts, start=1)
+    ]
+
+
+def _keyword_text(card: Card, chunk: Chunk) -> str:
+    return "\n".join([card.title, " ".join(card.tags), " ".join(card.identifiers), chunk.text])
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChannelThresholds:
+    """Score thresholds of one channel, best grade first."""
+
+    precise: float
+    highly_relevant: float
+    reference: float
+
+    def grade(self, score: float | None) -> Grade | None:
+        """The grade this score earns, or None below the floor."""
+        if score is None:
+            return None
+        if score >= self.precise:
+            return "PRECISE"
+        if score >= self.highly_relevant:
+            return "HIGHLY_RELEVANT"
+        if score >= self.reference:
+            return "REFERENCE"
+        return None
+
+    def as_dict(self) -> dict[str, float]:
+        """JSON form."""
+        return {"PRECISE": self.precise, "HIGHLY_RELEVANT": self.highly_relevant, "REFERENCE": self.reference}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Thresholds:
+    """Grade thresholds per channel, with how they were derived."""
+
+    channels: dict[str, ChannelThresholds]
+    version: int = 0
+    derivation: str = ""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Thresholds:
+        """Read the `thresholds.py` / JSON form."""
+        return cls(
+            channels={
+                name: ChannelThresholds(
+                    precise=float(v["PRECISE"]),
+                    highly_relevant=float(v["HIGHLY_RELEVANT"]),
+                    reference=float(v["REFERENCE"]),
+                )
+                for name, v in data["channels"].items()
+            },
+            version=int(data.get("version", 0)),
+            derivation=str(data.get("derivation", "")),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "version": self.version,
+            "derivation": self.derivation,
+            "channels": {k: v.as_dict() for k, v in self.channels.items()},
+        }
+
+
+class Reranker(Protocol):
+    """Optional second stage: reorder the kept hits (off by default)."""
+
+    def rerank(self, query: str, hits: list[SearchHit]) -> list[SearchHit]:
+        """Return `hits` in a new order (same items)."""
+        ...
+
+
+@dataclass(kw_only=True)
+class SearchHit:
+    """One card found for a query (document level: its best chunk)."""
+
+    card_id: str
+    title: str
+    chunk_id: str
+    grade: Grade
+    text: str
+    score: float
+    """The fused (RRF) score that orders the results."""
+    channels: dict[str, dict[str, Any]]
+    """Per channel: `{"rank": int | None, "score": float | None}` (card level; `l0` when hinted)."""
+
+
+@dataclass(kw_only=True)
+class SearchResponse:
+    """What a search found and how."""
+
+    hits: list[SearchHit]
+    layer: str
+    """`L0+L1` when identifiers hinted, else `L1`."""
+    l0_match_count: int
+    """Identifiers of the query found in the L0 index."""
+    l1_match_count: int
+    """Cards L1 kept above the floor (before `top_k` and exclusions)."""
+    l0_hint_cards: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class CardScores:
+    """Raw per-card channel scores and ranks for one query (calibration and evaluation)."""
+
+    scores: dict[str, dict[str, float]]
+    """channel → card id → score (best chunk)."""
+    ranks: dict[str, dict[str, int]]
+    """channel → card id → rank from 1 (cards with a positive keyword score; every card for dense)."""
+    best_chunk: dict[str, dict[str, int]]
+    """channel → card id → index of its best chunk."""
+    chunk_scores: dict[str, FloatArray]
+    """channel → score per chunk."""
+
+
+@lru_cache(maxsize=512)
+def _query_vector(query: str) -> FloatArray:
+    vec: FloatArray = np.asarray(encode([query])[0], dtype=np.float32)
+    return vec
+
+
+def _cache_key(cards: dict[str, Card]) -> str:
+    h = sha256()
+    h.update(f"{INDEX_VERSION}|{TOKENIZER_VERSION}|{EMBEDDING_MODEL}".encode())
+    for cid in sorted(cards):
+        dump = cards[cid].model_dump(mode="json", exclude={"path"})
+        h.update(json.dumps(dump, sort_keys=True, ensure_ascii=False).encode())
+    return h.hexdigest()[:32]
+
+
+class KnowledgeBase:
+    """Cards, their chunks and both L1 channels, ready to search."""
+
+    def __init__(
+        self,
+        cards: dict[str, Card],
+        chunks: list[Chunk],
+        chunk_tokens: list[list[str]],
+        embeddings: FloatArray,
+        *,
+        thresholds: Thresholds | None = None,
+        reranker: Reranker | None = None,
+    ) -> None:
+        """Assemble from parts; use `KnowledgeBase.load` instead."""
+        self.cards = cards
+        self.chunks = chunks
+        self.thresholds = thresholds or Thresholds.from_dict(THRESHOLDS)
+        self.reranker = reranker
+        self.cache_hit = False
+        """True when `load` read the index from the cache instead of building it."""
+        self.load_seconds = 0.0
+        self._keyword = KeywordIndex(chunk_tokens)
+        self._dense = DenseIndex(embeddings)
+        self._card_ids = sorted({c.card_id for c in chunks})
+        self._card_pos = {cid: i for i, cid in enumerate(self._card_ids)}
+        self._chunk_card = np.array([self._card_pos[c.card_id] for c in chunks], dtype=np.int64)
+        self._identifiers: list[tuple[str, str]] = sorted(
+            {(normalize(i).strip(), c.id) for c in cards.values() for i in c.identifiers if i.strip()}
+        )
+
+    @classmethod
+    def load(
+        cls,
+        extra_dirs: Sequence[Path] = (),
+        *,
+        cache_dir: Path | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        builtin: bool = True,
+    ) -> KnowledgeBase:
+        """Load the built-in cards and `extra_dirs`, reading or building the index.
+
+        `cache_dir` is the index cache folder (the CLI uses `settings.data_dir / "kb-index"`);
+        None builds in memory. `progress(done, total)` reports embedding progress.
+        """
+        t0 = time.perf_counter()
+        cards = load_cards(extra_dirs, builtin=builtin)
+        chunks = [ch for cid in sorted(cards) for ch in chunk_card(cards[cid])]
+        key = _cache_key(cards)
+        cached = _read_cache(cache_dir / key, chunks) if cache_dir is not None else None
+        if cached is not None:
+            tokens, emb = cached
+        else:
+            tokens = [tokenize(_keyword_text(cards[ch.card_id], ch)) for ch in chunks]
+            emb = encode([ch.dense_text() for ch in chunks], progress=progress)
+            if cache_dir is not None:
+                _write_cache(cache_dir, key, chunks, tokens, emb)
+        kb = cls(cards, chunks, tokens, emb)
+        kb.cache_hit = cached is not None
+        if kb.cache_hit and progress is not None:
+            progress(len(chunks), len(chunks))
+        kb.load_seconds = time.perf_counter() - t0
+        return kb
+
+    def identifier_hints(self, query: str) -> tuple[list[str], int]:
+        """L0: cards whose identifiers occur in the query (most matched first) and the match count."""
+        q = normalize(query)
+        per_card: dict[str, int] = {}
+        count = 0
+        for ident, cid in self._identifiers:
+            if contains_identifier(q, ident):
+                per_card[cid] = per_card.get(cid, 0) + len(ident)
+                count += 1
+        return sorted(per_card, key=lambda c: (-per_card[c], c)), count
+
+    def card_scores(self, query: str, channels: Sequence[str] = CHANNELS) -> CardScores:
+        """Every card's best-chunk score and rank in each channel (no floors)."""
+        out = CardScores(scores={}, ranks={}, best_chunk={}, chunk_scores={})
+        for ch in channels:
+            if ch == "bm25":
+                hits = self._keyword.search(tokenize(query))
+                per_chunk = (hits.scores / hits.bound).astype(np.float32)
+                positive_only = True
+            elif ch == "dense":
+                per_chunk = self._dense.scores(_query_vector(query))
+                positive_only = False
+            else:
+                raise ValueError(f"unknown channel {ch!r} (expected bm25 or dense)")
+            best: dict[str, int] = {}
+            for i, cpos in enumerate(self._chunk_card):
+                cid = self._card_ids[int(cpos)]
+                j = best.get(cid)
+                if j is None or per_chunk[i] > per_chunk[j]:
+                    best[cid] = i
+            scores = {cid: float(per_chunk[i]) for cid, i in best.items()}
+            order = sorted(
+                (c for c in scores if not positive_only or scores[c] > 0), key=lambda c: (-scores[c], c)
+            )
+            out.scores[ch] = scores
+            out.ranks[ch] = {c: r for r, c in enumerate(order, start=1)}
+            out.best_chunk[ch] = best
+            out.chunk_scores[ch] = per_chunk
+        return out
+
+    def _best_chunk(self, card_id: str, cs: CardScores) -> Chunk:
+        idx = [i for i, c in enumerate(self.chunks) if c.card_id == card_id]
+        fused = dict.fromkeys(idx, 0.0)
+        for arr in cs.chunk_scores.values():
+            order = sorted(idx, key=lambda i: (-float(arr[i]), i))
+            for r, i in enumerate(order, start=1):
+                fused[i] += 1.0 / (RRF_K + r)
+        return self.chunks[max(idx, key=lambda i: (fused[i], -i))]
+
+    def search(
+        self,
+        query: str,
+        top_k: int = 5,
+        *,
+        channels: Sequence[str] = CHANNELS,
+        exclude_cards: Collection[str] = (),
+    ) -> SearchResponse:
+        """Hybrid search: L0 hints, L1 channels fused by RRF, graded, one hit per card."""
+        hints, l0_count = self.identifier_hints(query)
+        cs = self.card_scores(query, channels)
+        kept: dict[str, Grade] = {}
+        for cid in self._card_ids:
+            best: Grade | None = None
+            for ch in channels:
+                g = self.thresholds.channels[ch].grade(cs.scores[ch].get(cid))
+                if g is not None and (best is None or GRADES.index(g) < GRADES.index(best)):
+                    best = g
+            if best is not None:
+                if cid in hints:
+                    best = GRADES[max(0, GRADES.index(best) - 1)]
+                kept[cid] = best
+        fused: dict[str, float] = {}
+        for ch in channels:
+            for cid, r in cs.ranks[ch].items():
+                fused[cid] = fused.get(cid, 0.0) + 1.0 / (RRF_K + r)
+        for r, cid in enumerate(hints, start=1):
+            if cid in fused:
+                fused[cid] += 1.0 / (RRF_K + r)
+        ordered = sorted(kept, key=lambda c: (-fused.get(c, 0.0), c))
+        l1_count = len(ordered)
+        ordered = [c for c in ordered if c not in exclude_cards][:top_k]
+        hits: list[SearchHit] = []
+        for cid in ordered:
+            chunk = self._best_chunk(cid, cs)
+            chans: dict[str, dict[str, Any]] = {
+                ch: {"rank": cs.ranks[ch].get(cid), "score": round(cs.scores[ch][cid], 4)} for ch in channels
+            }
+            if cid in hints:
+                chans["l0"] = {"rank": hints.index(cid) + 1, "score": None}
+            hits.append(
+                SearchHit(
+                    card_id=cid,
+                    title=self.cards[cid].title,
+                    chunk_id=chunk.chunk_id,
+                    grade=kept[cid],
+                    text=chunk.text,
+                    score=round(fused.get(cid, 0.0), 6),
+                    channels=chans,
+                )
+            )
+        if self.reranker is not None and hits:
+            hits = self.reranker.rerank(query, hits)
+        return SearchResponse(
+            hits=hits,
+            layer="L0+L1" if hints else "L1",
+            l0_match_count=l0_count,
+            l1_match_count=l1_count,
+            l0_hint_cards=hints,
+        )
+
+
+def _read_cache(folder: Path, chunks: list[Chunk]) -> tuple[list[list[str]], FloatArray] | None:
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        emb = np.load(folder / "embeddings.npy")
+    except (OSError, ValueError):
+        return None
+    if meta.get("chunk_ids") != [c.chunk_id for c in chunks] or emb.shape[0] != len(chunks):
+        return None
+    return [list(t) for t in meta["tokens"]], np.asarray(emb, dtype=np.float32)
+
+
+def _write_cache(cache_dir: Path, key: str, chunks: list[Chunk], tokens: list[list[str]], emb: FloatArray) -> None:
+    """Write atomically (a temp folder renamed into place); a failure only costs the cache."""
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=cache_dir))
+        (tmp / "meta.json").write_text(
+            json.dumps({"key": key, "chunk_ids": [c.chunk_id for c in chunks], "tokens": tokens}, ensure_ascii=False),
+            encoding="utf-8",
+        )
+        np.save(tmp / "embeddings.npy", emb)
+        target = cache_dir / key
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)  # another process wrote the same key first
+    except OSError:
+        return

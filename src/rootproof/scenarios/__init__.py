@@ -1,0 +1,51 @@
+"""Scenarios: folders of frozen tool data, a question and (for the evaluator) the answer.
+
+See `scenario-format.md`. `load_scenario` gives the agent phase what it may see;
+`load_ground_truth` is for the evaluator only.
+"""
+
+from rootproof.scenarios.loader import (
+    Alert,
+    Alternative,
+    ExpectedOutcome,
+    GroundTruth,
+    LogEntry,
+    LogLine,
+    MetricSeries,
+    Recovery,
+    RedHerring,
+    RequiredEvidence,
+    RootCause,
+    Row,
+    Scenario,
+    ToolResponses,
+    format_timestamp,
+    list_scenarios,
+    load_ground_truth,
+    load_scenario,
+    scenario_folder,
+    validate_scenario,
+)
+
+__all__ = [
+    "Alert",
+    "Alternative",
+    "ExpectedOutcome",
+    "GroundTruth",
+    "LogEntry",
+    "LogLine",
+    "MetricSeries",
+    "Recovery",
+    "RedHerring",
+    "RequiredEvidence",
+    "RootCause",
+    "Row",
+    "Scenario",
+    "ToolResponses",
+    "format_timestamp",
+    "list_scenarios",
+    "load_ground_truth",
+    "load_scenario",
+    "scenario_folder",
+    "validate_scenario",
+]

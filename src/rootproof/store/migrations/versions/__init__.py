@@ -1,0 +1,1 @@
+"""Alembic revision scripts of the trace store."""

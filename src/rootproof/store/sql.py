@@ -1,0 +1,509 @@
+"""`SqlTraceStore`: the SQLAlchemy implementation of `rootproof.run.records.TraceSink`.
+
+One engine per store, a session (and transaction) per call, so one store is shared by threads.
+SQLite (the default; WAL and a 5 s busy timeout), PostgreSQL (`postgresql+psycopg://`) and
+MariaDB/MySQL (`mysql+pymysql://`) are supported. Every SQLAlchemy or driver error becomes a
+`StoreError` here, with a message that names the store (password hidden) and never the
+statement's parameters (they can hold reasoning text).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import fields
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.dialects import mysql as mysql_dialect
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+from rootproof.errors import StoreError
+from rootproof.run.records import (
+    EvalCaseRecord,
+    EvalRunRecord,
+    EventRecord,
+    InvocationRecord,
+    ReasoningAuditRecord,
+    RunRecord,
+    StepRecord,
+    utcnow,
+)
+from rootproof.store.models import (
+    VERSION_TABLE,
+    AgentReasoningAudit,
+    AgentStep,
+    Base,
+    ChatSession,
+    DiagnosisRun,
+    EvalCaseResult,
+    EvalRun,
+    RunEvent,
+    ToolInvocation,
+)
+
+__all__ = ["SqlTraceStore", "upgrade"]
+
+SCRIPT_LOCATION = "rootproof.store:migrations"
+"""Where Alembic finds the migrations: package data of `rootproof.store`."""
+
+SQLITE_BUSY_TIMEOUT_MS = 5000
+"""How long a SQLite writer waits for another writer's lock before failing."""
+
+ORPHAN_ERROR = "orphaned"
+"""The `error` of a run the orphan sweep marked FAILED."""
+
+_SUPPORTED = "sqlite:///PATH, postgresql+psycopg://USER@HOST/DB or mysql+pymysql://USER@HOST/DB"
+_INSTALL_HINT = {
+    "postgresql": "pip install 'rootproof[postgres]' (psycopg)",
+    "mysql": "pip install 'rootproof[mysql]' (PyMySQL)",
+    "mariadb": "pip install 'rootproof[mysql]' (PyMySQL)",
+}
+_REASONING_METADATA = ("step_index", "reasoning_available", "content_source", "content_bytes")
+
+_R = TypeVar("_R")
+
+
+def _json_dumps(value: Any) -> str:
+    # Keep CJK readable in the database (utf8mb4 everywhere) instead of \\uXXXX escapes.
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _safe_url(url: URL) -> str:
+    return url.render_as_string(hide_password=True)
+
+
+def _reason(exc: BaseException) -> str:
+    """The driver's message (first line), never SQL parameters."""
+    orig = getattr(exc, "orig", None)
+    source = orig if isinstance(orig, BaseException) else exc
+    text = str(source).strip().splitlines()[0] if str(source).strip() else type(source).__name__
+    return f"{type(source).__name__}: {text[:300]}"
+
+
+def _parse_url(url: str) -> URL:
+    try:
+        return make_url(url)
+    except sa.exc.ArgumentError:
+        scheme = url.split("://", 1)[0] if "://" in url else "(none)"
+        raise StoreError(
+            f"trace store URL is not a SQLAlchemy URL (scheme {scheme!r}); expected {_SUPPORTED}"
+        ) from None
+
+
+def _sqlite_memory(url: URL) -> bool:
+    db = url.database or ""
+    return db in ("", ":memory:") or url.query.get("mode") == "memory"
+
+
+def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+    finally:
+        cursor.close()
+
+
+def _create_engine(url: URL) -> Engine:
+    backend = url.get_backend_name()
+    kwargs: dict[str, Any] = {"json_serializer": _json_dumps, "hide_parameters": True}
+    if backend == "sqlite":
+        if _sqlite_memory(url):
+            # One shared connection, or every pooled connection would see its own empty database.
+            kwargs |= {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+        elif not (url.database or "").startswith("file:"):
+            try:
+                Path(url.database or "").expanduser().parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(
+                    f"cannot create the folder of the trace store {url.database}: {exc}"
+                ) from exc
+    else:
+        kwargs["pool_pre_ping"] = True
+        if backend in ("mysql", "mariadb") and "charset" not in url.query:
+            url = url.update_query_dict({"charset": "utf8mb4"})
+    try:
+        engine = sa.create_engine(url, **kwargs)
+    except sa.exc.NoSuchModuleError:
+        raise StoreError(
+            f"unknown database dialect {url.drivername!r} in trace store URL {_safe_url(url)}; expected {_SUPPORTED}"
+        ) from None
+    except ImportError as exc:
+        hint = _INSTALL_HINT.get(backend, "install the driver")
+        raise StoreError(
+            f"the driver for {url.drivername!r} is not installed ({exc}); install it: {hint}"
+        ) from exc
+    except (sa.exc.ArgumentError, TypeError) as exc:
+        raise StoreError(f"trace store URL {_safe_url(url)} is invalid: {exc}") from exc
+    if backend == "sqlite":
+        sa.event.listen(engine, "connect", _on_sqlite_connect)
+    return engine
+
+
+def _alembic_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", SCRIPT_LOCATION)
+    return cfg
+
+
+def _head_revision() -> str | None:
+    return ScriptDirectory.from_config(_alembic_config()).get_current_head()
+
+
+def _current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+        return context.get_current_revision()
+
+
+def _upgrade_engine(engine: Engine) -> None:
+    safe = _safe_url(engine.url)
+    try:
+        cfg = _alembic_config()
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+    except sa.exc.SQLAlchemyError as exc:
+        # Another process may have created the schema at the same moment: fine if it is at head now.
+        with contextlib.suppress(sa.exc.SQLAlchemyError):
+            if _current_revision(engine) == _head_revision():
+                return
+        if isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
+            raise StoreError(f"cannot open the trace store at {safe}: {_reason(exc)}") from exc
+        raise StoreError(f"cannot upgrade the trace store schema at {safe}: {_reason(exc)}") from exc
+
+
+def upgrade(url: str) -> None:
+    """Upgrade the trace store schema at `url` to the newest revision (`rootproof db upgrade`).
+
+    Raises:
+        StoreError: the URL is invalid, the database is unreachable or a migration failed.
+    """
+    engine = _create_engine(_parse_url(url))
+    try:
+        _upgrade_engine(engine)
+    finally:
+        engine.dispose()
+
+
+def _values(record: Any) -> dict[str, Any]:
+    """A record's fields as column values; datetimes must be timezone-aware."""
+    values = {f.name: getattr(record, f.name) for f in fields(record)}
+    for name, value in values.items():
+        if isinstance(value, datetime) and value.tzinfo is None:
+            raise StoreError(
+                f"{type(record).__name__}.{name} is a naive datetime ({value.isoformat()}); "
+                "pass a timezone-aware datetime (rootproof.run.records.utcnow())"
+            )
+    return values
+
+
+def _record(cls: type[_R], row: Any) -> _R:
+    return cls(**{f.name: getattr(row, f.name) for f in fields(cls)})  # type: ignore[arg-type]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _row_dict(cls: type[Any], row: Any) -> dict[str, Any]:
+    """A row as a JSON-able dict with the fields of the record class `cls`."""
+    return {f.name: _jsonable(getattr(row, f.name)) for f in fields(cls)}
+
+
+class SqlTraceStore:
+    """The trace store on SQLite, PostgreSQL or MariaDB; implements `TraceSink`.
+
+    Opening it upgrades the schema (unless `upgrade=False`, which instead checks that the schema
+    is current) and sweeps runs orphaned by a killed process. Thread-safe: one engine, a session
+    per call. Every failure is a `StoreError`.
+    """
+
+    def __init__(self, url: str, *, upgrade: bool = True) -> None:
+        """Open the store at the SQLAlchemy `url`.
+
+        Args:
+            url: e.g. `sqlite:///path/rootproof.db` (the folder is created),
+                `postgresql+psycopg://user@host/db`, `mysql+pymysql://user@host/db`.
+            upgrade: upgrade the schema to the newest revision; when False the schema must
+                already be current (`rootproof db upgrade`).
+        """
+        parsed = _parse_url(url)
+        self._engine = _create_engine(parsed)
+        self._url = _safe_url(parsed)
+        self._dialect = self._engine.dialect.name
+        self._sessions = sessionmaker(self._engine, expire_on_commit=False)
+        # An in-memory SQLite database is one shared connection: serialise access to it.
+        self._lock: contextlib.AbstractContextManager[Any] = (
+            threading.RLock()
+            if parsed.get_backend_name() == "sqlite" and _sqlite_memory(parsed)
+            else contextlib.nullcontext()
+        )
+        try:
+            if upgrade:
+                _upgrade_engine(self._engine)
+            else:
+                self._check_schema()
+            self.sweep_orphans()
+        except BaseException:
+            self._engine.dispose()
+            raise
+
+    @property
+    def url(self) -> str:
+        """The store URL with the password hidden."""
+        return self._url
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine (for tests and maintenance commands)."""
+        return self._engine
+
+    def __enter__(self) -> SqlTraceStore:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release every pooled connection."""
+        self._engine.dispose()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _check_schema(self) -> None:
+        head = _head_revision()
+        try:
+            current = _current_revision(self._engine)
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(f"cannot open the trace store at {self._url}: {_reason(exc)}") from exc
+        if current != head:
+            raise StoreError(
+                f"trace store schema at {self._url} is at revision {current or 'none (empty database)'}, "
+                f"this rootproof needs {head}; run `rootproof db upgrade`"
+            )
+
+    @contextlib.contextmanager
+    def _session(self, action: str) -> Iterator[Session]:
+        """A session in a transaction; errors become StoreError naming `action`."""
+        with self._lock:
+            try:
+                with self._sessions.begin() as session:
+                    yield session
+            except sa.exc.IntegrityError as exc:
+                raise StoreError(f"trace store at {self._url} refused to {action}: {_reason(exc)}") from exc
+            except sa.exc.SQLAlchemyError as exc:
+                raise StoreError(f"trace store at {self._url} failed to {action}: {_reason(exc)}") from exc
+
+    def _upsert(
+        self, model: type[Base], values: dict[str, Any], key: str, *, update: bool = True
+    ) -> sa.Executable:
+        """INSERT, or on a duplicate `key` UPDATE the other columns (or keep the row)."""
+        table = model.__table__
+        assert isinstance(table, sa.Table)
+        others = [k for k in values if k != key]
+        if self._dialect in ("mysql", "mariadb"):
+            my = mysql_dialect.insert(table).values(values)
+            cols = others if update else [key]
+            return my.on_duplicate_key_update({k: my.inserted[k] for k in cols})
+        if self._dialect in ("postgresql", "sqlite"):
+            ins = (pg_dialect.insert if self._dialect == "postgresql" else sqlite_dialect.insert)(
+                table
+            ).values(values)
+            if not update:
+                return ins.on_conflict_do_nothing(index_elements=[key])
+            return ins.on_conflict_do_update(index_elements=[key], set_={k: ins.excluded[k] for k in others})
+        raise StoreError(f"trace store dialect {self._dialect!r} is not supported; expected {_SUPPORTED}")
+
+    # -- TraceSink ---------------------------------------------------------------------------
+
+    def save_run(self, record: RunRecord) -> None:
+        """Insert or update the run row (by `run_id`); create its `chat_session` row if missing."""
+        values = _values(record)
+        session_row = {
+            "session_id": record.session_id,
+            "owner": record.principal,
+            "created_at": record.started_at,
+        }
+        with self._session(f"save run {record.run_id}") as s:
+            s.execute(self._upsert(ChatSession, session_row, "session_id", update=False))
+            s.execute(self._upsert(DiagnosisRun, values, "run_id"))
+
+    def add_step(self, record: StepRecord) -> None:
+        """Append an agent step."""
+        values = _values(record)
+        with self._session(f"add step {record.step_index} of run {record.run_id}") as s:
+            s.execute(sa.insert(AgentStep).values(values))
+
+    def add_invocation(self, record: InvocationRecord) -> None:
+        """Append a tool invocation; `invocation_id` must be new."""
+        values = _values(record)
+        with self._session(f"add invocation {record.invocation_id} of run {record.run_id}") as s:
+            s.execute(sa.insert(ToolInvocation).values(values))
+
+    def add_reasoning(self, record: ReasoningAuditRecord) -> None:
+        """Append a reasoning audit row (seed 004)."""
+        values = _values(record)
+        with self._session(f"add reasoning of step {record.step_index} of run {record.run_id}") as s:
+            s.execute(sa.insert(AgentReasoningAudit).values(values))
+
+    def add_event(self, record: EventRecord) -> None:
+        """Append a public event; `(run_id, seq)` must be new."""
+        values = _values(record)
+        with self._session(f"add event {record.seq} of run {record.run_id}") as s:
+            s.execute(sa.insert(RunEvent).values(values))
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run record, or None if the run is unknown."""
+        with self._session(f"read run {run_id}") as s:
+            row = s.get(DiagnosisRun, run_id)
+            return None if row is None else _record(RunRecord, row)
+
+    def list_runs(self, limit: int = 20) -> list[RunRecord]:
+        """The `limit` most recently started runs, newest first."""
+        stmt = sa.select(DiagnosisRun).order_by(DiagnosisRun.started_at.desc(), DiagnosisRun.run_id.desc())
+        with self._session("list runs") as s:
+            return [_record(RunRecord, row) for row in s.scalars(stmt.limit(limit))]
+
+    def trace(self, run_id: str) -> dict[str, Any] | None:
+        """Everything recorded for a run as JSON-able data (datetimes ISO 8601), or None if unknown.
+
+        `reasoning` holds metadata only (step index, availability, content source, byte count);
+        the reasoning and assistant texts are read through `reasoning()` alone.
+        """
+        with self._session(f"read the trace of run {run_id}") as s:
+            run = s.get(DiagnosisRun, run_id)
+            if run is None:
+                return None
+            steps = s.scalars(
+                sa.select(AgentStep)
+                .where(AgentStep.run_id == run_id)
+                .order_by(AgentStep.step_index, AgentStep.id)
+            )
+            invocations = s.scalars(
+                sa.select(ToolInvocation)
+                .where(ToolInvocation.run_id == run_id)
+                .order_by(ToolInvocation.step_index, ToolInvocation.id)
+            )
+            # Select the metadata columns only, so the texts never leave the database here.
+            reasoning = s.execute(
+                sa.select(*(getattr(AgentReasoningAudit, c) for c in _REASONING_METADATA))
+                .where(AgentReasoningAudit.run_id == run_id)
+                .order_by(AgentReasoningAudit.step_index, AgentReasoningAudit.id)
+            )
+            events = s.scalars(sa.select(RunEvent).where(RunEvent.run_id == run_id).order_by(RunEvent.seq))
+            return {
+                "run": _row_dict(RunRecord, run),
+                "steps": [_row_dict(StepRecord, r) for r in steps],
+                "invocations": [_row_dict(InvocationRecord, r) for r in invocations],
+                "reasoning": [dict(r._mapping) for r in reasoning],
+                "events": [_row_dict(EventRecord, r) for r in events],
+            }
+
+    def reasoning(self, run_id: str) -> list[dict[str, Any]]:
+        """The full reasoning audit rows of a run, by step (sensitive: reasoning and assistant texts)."""
+        stmt = (
+            sa.select(AgentReasoningAudit)
+            .where(AgentReasoningAudit.run_id == run_id)
+            .order_by(AgentReasoningAudit.step_index, AgentReasoningAudit.id)
+        )
+        with self._session(f"read the reasoning of run {run_id}") as s:
+            return [{"id": r.id} | _row_dict(ReasoningAuditRecord, r) for r in s.scalars(stmt)]
+
+    def events(self, run_id: str, after_seq: int = 0) -> list[EventRecord]:
+        """The run's events with `seq > after_seq`, in `seq` order (replay and `Last-Event-ID` resume)."""
+        stmt = (
+            sa.select(RunEvent)
+            .where(RunEvent.run_id == run_id, RunEvent.seq > after_seq)
+            .order_by(RunEvent.seq)
+        )
+        with self._session(f"read the events of run {run_id}") as s:
+            return [_record(EventRecord, r) for r in s.scalars(stmt)]
+
+    # -- maintenance -------------------------------------------------------------------------
+
+    def sweep_orphans(self, *, now: datetime | None = None, grace_s: float = 1.0) -> int:
+        """Mark runs orphaned by a killed process; return how many.
+
+        A run is orphaned when it is still non-terminal (`status` NULL) and its deadline plus
+        `grace_s` has passed. It becomes `FAILED` / release_outcome `NONE` / fallback_type
+        `INTERNAL_ERROR` / error `orphaned`, ended at `now`. Runs without a deadline, or whose
+        deadline plus grace is still ahead (a live run of another process), are never touched.
+        """
+        now = now or utcnow()
+        if now.tzinfo is None:
+            raise StoreError(f"sweep_orphans(now={now.isoformat()}) needs a timezone-aware datetime")
+        cutoff = now - timedelta(seconds=grace_s)
+        stmt = (
+            sa.update(DiagnosisRun)
+            .where(
+                DiagnosisRun.status.is_(None),
+                DiagnosisRun.deadline_at.is_not(None),
+                DiagnosisRun.deadline_at < cutoff,
+            )
+            .values(
+                status="FAILED",
+                lifecycle_state="FAILED",
+                release_outcome="NONE",
+                fallback_type="INTERNAL_ERROR",
+                error=ORPHAN_ERROR,
+                ended_at=now,
+            )
+            .execution_options(synchronize_session=False)
+        )
+        with self._session("sweep orphaned runs") as s:
+            result = s.execute(stmt)
+            return int(getattr(result, "rowcount", 0) or 0)
+
+    # -- evaluation --------------------------------------------------------------------------
+
+    def save_eval_run(self, record: EvalRunRecord) -> None:
+        """Insert or update an evaluation run (by `eval_id`)."""
+        values = _values(record)
+        with self._session(f"save eval run {record.eval_id}") as s:
+            s.execute(self._upsert(EvalRun, values, "eval_id"))
+
+    def add_eval_case(self, record: EvalCaseRecord) -> None:
+        """Append one case result to an evaluation run."""
+        values = _values(record)
+        with self._session(f"add case {record.case_id} of eval run {record.eval_id}") as s:
+            s.execute(sa.insert(EvalCaseResult).values(values))
+
+    def get_eval_run(self, eval_id: str) -> dict[str, Any] | None:
+        """The evaluation run as JSON-able data with its `cases` (in insertion order), or None."""
+        with self._session(f"read eval run {eval_id}") as s:
+            row = s.get(EvalRun, eval_id)
+            if row is None:
+                return None
+            cases = s.scalars(
+                sa.select(EvalCaseResult).where(EvalCaseResult.eval_id == eval_id).order_by(EvalCaseResult.id)
+            )
+            return _row_dict(EvalRunRecord, row) | {"cases": [_row_dict(EvalCaseRecord, c) for c in cases]}
+
+    def list_eval_runs(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The `limit` most recently started evaluation runs (without cases), newest first."""
+        stmt = sa.select(EvalRun).order_by(EvalRun.started_at.desc(), EvalRun.eval_id.desc()).limit(limit)
+        with self._session("list eval runs") as s:
+            return [_row_dict(EvalRunRecord, r) for r in s.scalars(stmt)]

@@ -1,0 +1,190 @@
+"""A scripted OpenAI-compatible HTTP server on 127.0.0.1 for testing model clients over real HTTP.
+
+`POST /v1/chat/completions` records the JSON body, headers and arrival time, then replies with
+the next scripted `Reply` (a completion, or a status with an error body, optional headers such as
+`Retry-After`, and an optional delay before answering). An exhausted script answers 500 so the
+test sees it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+__all__ = ["FakeOpenAI", "Reply", "completion", "error", "fake_openai", "serve"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reply:
+    """One scripted answer."""
+
+    status: int = 200
+    body: dict[str, Any] | str = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+    """Seconds to wait before answering (to provoke client timeouts)."""
+
+
+def completion(
+    *,
+    content: str | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
+    reasoning_content: str | None = None,
+    refusal: str | None = None,
+    prompt_tokens: int | None = 10,
+    completion_tokens: int | None = 5,
+    finish_reason: str = "stop",
+    delay_s: float = 0.0,
+) -> Reply:
+    """A chat.completion reply; `tool_calls` items are `{"id", "name", "arguments"}` (arguments a string)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if refusal is not None:
+        message["refusal"] = refusal
+    if reasoning_content is not None:
+        message["reasoning_content"] = reasoning_content
+    if tool_calls:
+        message["tool_calls"] = [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in tool_calls
+        ]
+        finish_reason = "tool_calls"
+    body: dict[str, Any] = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": "fake-model",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}],
+    }
+    if prompt_tokens is not None and completion_tokens is not None:
+        body["usage"] = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+    return Reply(body=body, delay_s=delay_s)
+
+
+def error(
+    status: int,
+    message: str,
+    *,
+    retry_after: str | None = None,
+    delay_s: float = 0.0,
+    kind: str = "server_error",
+) -> Reply:
+    """An error reply in OpenAI's `{"error": {...}}` shape."""
+    headers = {"Retry-After": retry_after} if retry_after is not None else {}
+    body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
+    return Reply(status=status, body=body, headers=headers, delay_s=delay_s)
+
+
+class FakeOpenAI:
+    """The running server: `base_url`, what it received, and the script it answers from."""
+
+    def __init__(self, server: ThreadingHTTPServer) -> None:
+        host, port = server.server_address[:2]
+        self.base_url = f"http://{host!s}:{port}/v1"
+        self.requests: list[dict[str, Any]] = []
+        """JSON bodies received, in order."""
+        self.headers: list[dict[str, str]] = []
+        """Request headers (lower-cased names), in order."""
+        self.times: list[float] = []
+        """`time.monotonic()` at each request's arrival."""
+        self._script: list[Reply] = []
+        self._lock = threading.Lock()
+
+    def script(self, replies: list[Reply]) -> None:
+        """Answer the next requests with these replies, in order (replacing what was left)."""
+        with self._lock:
+            self._script = list(replies)
+
+    def _record(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
+        with self._lock:
+            self.requests.append(body)
+            self.headers.append(headers)
+            self.times.append(time.monotonic())
+            if self._script:
+                return self._script.pop(0)
+        return error(500, "fake server: the test script is exhausted")
+
+
+def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            if self.path.rstrip("/") != "/v1/chat/completions":
+                self._send(Reply(status=404, body={"error": {"message": f"no route {self.path}"}}))
+                return
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                self._send(Reply(status=400, body={"error": {"message": "body is not JSON"}}))
+                return
+            reply = fake._record(body, {k.lower(): v for k, v in self.headers.items()})
+            if reply.delay_s:
+                time.sleep(reply.delay_s)
+            self._send(reply)
+
+        def _send(self, reply: Reply) -> None:
+            payload = (reply.body if isinstance(reply.body, str) else json.dumps(reply.body)).encode()
+            try:
+                self.send_response(reply.status)
+                content_type = "text/plain" if isinstance(reply.body, str) else "application/json"
+                if not any(name.lower() == "content-type" for name in reply.headers):
+                    self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(payload)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                # The client gave up (timeout): nothing to answer.
+                self.close_connection = True
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base
+            return
+
+    return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients that time out reset their connections; that is expected here.
+        return
+
+
+@contextmanager
+def serve() -> Iterator[FakeOpenAI]:
+    """Run a fake server on an ephemeral port of 127.0.0.1 in a background thread."""
+    server = _Server(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    fake = FakeOpenAI(server)
+    server.RequestHandlerClass = _handler(fake)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAI]:
+    """A fresh scripted OpenAI-compatible server for one test."""
+    with serve() as fake:
+        yield fake
