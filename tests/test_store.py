@@ -552,6 +552,15 @@ def test_upgrade_false_needs_a_current_schema(store_url: str) -> None:
         assert s.list_runs() == []
 
 
+def test_failed_migration_raises_store_error(store_url: str) -> None:
+    engine = sa.create_engine(store_url)
+    with engine.begin() as conn:  # a foreign table in the way, as in a shared database
+        conn.execute(sa.text("CREATE TABLE chat_session (x INTEGER)"))
+    engine.dispose()
+    with pytest.raises(StoreError, match=re.escape("cannot upgrade the trace store schema at")):
+        SqlTraceStore(store_url)
+
+
 @pytest.mark.parametrize(
     ("url", "message"),
     [

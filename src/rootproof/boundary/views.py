@@ -57,7 +57,8 @@ def model_observation(inv: CanonicalInvocation, budget_bytes: int) -> dict[str, 
         obs["message"] = inv.message
     refs: list[dict[str, Any]] = []
     obs["refs"] = refs
-    size = len(canonical_json(obs).encode())
+    # Reserve room for the `omitted`/`hint` fields so the whole observation stays within budget.
+    size = len(canonical_json(obs).encode()) + len(OMIT_HINT) + 40
     omitted = 0
     for ref in inv.evidence_refs:
         item = ref.as_dict()

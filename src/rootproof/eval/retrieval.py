@@ -312,3 +312,12 @@ def retrieval_command(
 
 eval_app = typer.Typer(help="Evaluation: knowledge retrieval and public IR collections.", no_args_is_help=True)
 eval_app.command("retrieval")(retrieval_command)
+
+
+def _register_ir() -> None:
+    from rootproof.eval.ir import ir_command
+
+    eval_app.command("ir")(ir_command)
+
+
+_register_ir()

@@ -55,7 +55,6 @@ _LOG_KINDS: dict[str, frozenset[str]] = {
     "inspect_nginx": frozenset({"error_log", "access_log"}),
 }
 _WHERE_OPS = (">=", "<=", "!=", ">", "<")
-_ID = re.compile(r"^[a-z0-9-]+$")
 
 Scalar = str | int | float | bool
 
@@ -220,7 +219,7 @@ class Hypothesis(_Strict):
             comp, sep, mech = pair.partition("/")
             if not sep or comp not in COMPONENTS or mech not in MECHANISMS:
                 raise _bad(
-                    f"distinguishes_from[{i}]",
+                    f"[{i}]",
                     f"a taxonomy component/mechanism pair such as postgresql/slow_query (got {pair!r})",
                 )
         return value
@@ -293,7 +292,9 @@ def _describe(err: Any) -> tuple[str, str]:
     if etype == "card_field":
         sub = str(ctx["field"])
         base = _loc(loc)
-        return (f"{base}.{sub}" if loc else sub), str(ctx["expected"])
+        if not loc:
+            return sub, str(ctx["expected"])
+        return (f"{base}{sub}" if sub.startswith("[") else f"{base}.{sub}"), str(ctx["expected"])
     field = _loc(loc)
     if etype == "missing":
         return field, "a value (the field is required)"

@@ -105,7 +105,6 @@ def tokenize(text: str) -> list[str]:
     return out
 
 
-_WORDISH = re.compile(r"\w", re.UNICODE)
 
 
 def contains_identifier(normalized_query: str, normalized_identifier: str) -> bool:

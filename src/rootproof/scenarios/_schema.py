@@ -4,6 +4,7 @@ system writes on its own log lines."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, date, datetime, timedelta, timezone
@@ -90,7 +91,7 @@ def _known(what: str, allowed: Collection[str]) -> Callable[[str], str]:
 
 
 def _finite(value: int | float) -> int | float:
-    if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
+    if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"expected a finite number (got {value!r})")
     return value
 
@@ -401,37 +402,64 @@ def _unwrap(tp: Any) -> Any:
             return tp
 
 
+_TYPE_ERRORS = frozenset(
+    {
+        "string_type",
+        "int_type",
+        "float_type",
+        "bool_type",
+        "dict_type",
+        "list_type",
+        "tuple_type",
+        "model_type",
+    }
+)
+
+
+def _got(value: Any) -> str:
+    if isinstance(value, dict | list):
+        return f" (got a {'mapping' if isinstance(value, dict) else 'list'})"
+    if isinstance(value, str | int | float | bool) or value is None:
+        shown = repr(value)
+        return f" (got {shown if len(shown) <= 80 else shown[:77] + '...'})"
+    return ""
+
+
 def _describe(err: Any, model: type[BaseModel], path: tuple[str | int, ...]) -> str:
     kind = err["type"]
-    got = err.get("input")
     if kind == "missing":
-        return "required field missing"
+        missing = err["loc"][len(path)] if len(err["loc"]) > len(path) else None
+        return f"item {missing} is missing" if isinstance(missing, int) else "required field missing"
     if kind == "extra_forbidden":
         owner = _model_at(model, path[:-1])
         allowed = f" (expected one of {', '.join(owner.model_fields)})" if owner else ""
         return f"unknown field {path[-1]!r}{allowed}" if path else "unknown field"
     if kind == "value_error":
         return str(err["msg"]).removeprefix("Value error, ")
-    msg = str(err["msg"]).replace("Input should be", "expected")
-    if isinstance(got, str | int | float | bool) or got is None:
-        shown = repr(got) if len(repr(got)) <= 80 else repr(got)[:77] + "..."
-        msg += f" (got {shown})"
-    elif isinstance(got, dict | list):
-        msg += f" (got a {'mapping' if isinstance(got, dict) else 'list'})"
-    return msg
+    return str(err["msg"]).replace("Input should be ", "expected ") + _got(err.get("input"))
 
 
 def _problems(doc: YamlDocument, exc: ValidationError, model: type[BaseModel]) -> list[str]:
-    out: list[str] = []
+    """One problem per place; the branches of a union that all failed on type become one."""
+    grouped: dict[tuple[str | int, ...], list[Any]] = {}
     for err in exc.errors(include_url=False):
-        loc = tuple(err["loc"])
-        path = _data_path(doc.data, loc, keep_last=err["type"] in ("missing", "extra_forbidden"))
+        path = _data_path(
+            doc.data, tuple(err["loc"]), keep_last=err["type"] in ("missing", "extra_forbidden")
+        )
+        grouped.setdefault(path, []).append(err)
+    out: list[str] = []
+    for path, errs in grouped.items():
+        specific = [e for e in errs if e["type"] not in _TYPE_ERRORS]
+        if specific:
+            whats = [_describe(e, model, path) for e in specific]
+        else:  # every union branch rejected the type: say what any of them would accept
+            wanted = [str(e["msg"]).removeprefix("Input should be ") for e in errs]
+            whats = ["expected " + " or ".join(dict.fromkeys(wanted)) + _got(errs[0].get("input"))]
         line = doc.line_of(path)
-        problem = f"{doc.name}: {_fmt_path(path)}: {_describe(err, model, path)}"
-        if line is not None:
-            problem += f" (line {line})"
-        if problem not in out:
-            out.append(problem)
+        for what in dict.fromkeys(whats):
+            out.append(
+                f"{doc.name}: {_fmt_path(path)}: {what}" + (f" (line {line})" if line is not None else "")
+            )
     return out
 
 

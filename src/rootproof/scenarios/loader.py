@@ -384,7 +384,9 @@ def _read_scenario(folder: Path, problems: list[str]) -> Scenario | None:
     if scenario_doc is not None and isinstance(raw_id, str):  # checked even when other fields fail
         if not _ID.match(raw_id):
             problems.append(
-                problem(scenario_doc, ("id",), f"expected lower-case letters, digits and '-' (got {raw_id!r})")
+                problem(
+                    scenario_doc, ("id",), f"expected lower-case letters, digits and '-' (got {raw_id!r})"
+                )
             )
         elif raw_id != folder.name:
             problems.append(

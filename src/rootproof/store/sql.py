@@ -170,8 +170,16 @@ def _current_revision(engine: Engine) -> str | None:
         return context.get_current_revision()
 
 
+def _check_connection(engine: Engine) -> None:
+    try:
+        with engine.connect():
+            pass
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError(f"cannot open the trace store at {_safe_url(engine.url)}: {_reason(exc)}") from exc
+
+
 def _upgrade_engine(engine: Engine) -> None:
-    safe = _safe_url(engine.url)
+    _check_connection(engine)
     try:
         cfg = _alembic_config()
         with engine.begin() as conn:
@@ -182,9 +190,9 @@ def _upgrade_engine(engine: Engine) -> None:
         with contextlib.suppress(sa.exc.SQLAlchemyError):
             if _current_revision(engine) == _head_revision():
                 return
-        if isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
-            raise StoreError(f"cannot open the trace store at {safe}: {_reason(exc)}") from exc
-        raise StoreError(f"cannot upgrade the trace store schema at {safe}: {_reason(exc)}") from exc
+        raise StoreError(
+            f"cannot upgrade the trace store schema at {_safe_url(engine.url)}: {_reason(exc)}"
+        ) from exc
 
 
 def upgrade(url: str) -> None:

@@ -222,7 +222,10 @@ class SnapshotBackend:
             result["no_evidence"] = self._no_evidence(
                 tool,
                 f"query '{args.query}'",
-                self._page_filters(args, len(ordered), f"kind={args.kind}"),
+                self._page_filters(args, len(ordered), f"kind={args.kind}")
+                + (
+                    "" if key in self._data.lines else f"; the snapshot holds no {key.replace('.', ' ')} data"
+                ),
                 f"in window {window.text()}",
             )
         return BackendResult(

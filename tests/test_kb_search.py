@@ -1,0 +1,122 @@
+"""Hybrid search over the fixture cards: English, Chinese, cross-lingual, out of domain, L0, cache."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from rootproof.kb.backend import KnowledgeBackend
+from rootproof.kb.index import KnowledgeBase, chunk_card
+from rootproof.tools.base import LookupKnowledgeArgs
+from rootproof.tools.refs import enumerate_ref_paths, ref_text
+
+FIXTURES = Path(__file__).parent / "data" / "cards"
+NOW = datetime(2026, 7, 22, 17, 41, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def kb() -> KnowledgeBase:
+    return KnowledgeBase.load([FIXTURES], builtin=False)
+
+
+@pytest.mark.parametrize(
+    ("query", "card"),
+    [
+        ("PostgreSQL process still waiting for ShareLock on transaction", "pg-lock-contention"),
+        ("Redis clients get ERR max number of clients reached", "redis-maxclients"),
+        ("504 Gateway Timeout from nginx, upstream timed out", "nginx-upstream-timeout"),
+        ("证书过期，HTTPS 握手失败", "tls-cert-expired"),
+        ("接口响应时间飙升，GC 日志出现 Pause Full", "jvm-gc-pause"),
+        ("数据库行锁等待，更新语句卡住", "pg-lock-contention"),  # zh query → en card
+        ("TLS certificate has expired and handshakes fail", "tls-cert-expired"),  # en query → zh card
+        ("Java service latency spikes during long garbage collection pauses", "jvm-gc-pause"),
+    ],
+)
+def test_ranks_the_right_card_first(kb: KnowledgeBase, query: str, card: str) -> None:
+    resp = kb.search(query)
+    assert resp.hits, query
+    assert resp.hits[0].card_id == card
+    hit = resp.hits[0]
+    assert hit.chunk_id.startswith(card + "#") and hit.text
+    assert set(hit.channels) >= {"bm25", "dense"}
+    assert all(set(v) == {"rank", "score"} for v in hit.channels.values())
+
+
+@pytest.mark.parametrize("query", ["how do I bake bread", "what is the capital of France", "今天天气怎么样"])
+def test_out_of_domain_gets_no_evidence(kb: KnowledgeBase, query: str) -> None:
+    resp = kb.search(query)
+    assert resp.hits == [] and resp.l1_match_count == 0
+
+
+def test_l0_hints_but_never_bypasses(kb: KnowledgeBase) -> None:
+    resp = kb.search("error 55P03 still waiting for ShareLock")
+    assert resp.layer == "L0+L1" and resp.l0_hint_cards == ["pg-lock-contention"]
+    assert resp.hits[0].card_id == "pg-lock-contention" and "l0" in resp.hits[0].channels
+    # An identifier alone with nothing else L1 can use does not conjure a result.
+    bare = kb.search("maxclients")
+    assert bare.l0_hint_cards == ["redis-maxclients"]
+    assert all(h.card_id == "redis-maxclients" for h in bare.hits)
+    # Identifiers must not match inside other words.
+    assert kb.identifier_hints("the pg_locks_waitingness")[0] == []
+
+
+def test_single_channel_ablation(kb: KnowledgeBase) -> None:
+    resp = kb.search("Redis max number of clients reached", channels=("bm25",))
+    assert resp.hits[0].card_id == "redis-maxclients" and set(resp.hits[0].channels) == {"bm25", "l0"}
+
+
+def test_chunks_carry_ids_and_sections(kb: KnowledgeBase) -> None:
+    chunks = chunk_card(kb.cards["pg-lock-contention"])
+    assert [c.chunk_id for c in chunks] == [f"pg-lock-contention#{i}" for i in range(1, 5)]
+    assert chunks[0].text.startswith("## Symptoms")
+    assert chunks[0].dense_text().startswith("PostgreSQL row lock contention")
+
+
+def test_backend_result_refs_and_tracker(kb: KnowledgeBase) -> None:
+    backend = KnowledgeBackend(kb)
+    args = LookupKnowledgeArgs(query="PostgreSQL still waiting for ShareLock", top_k=1)
+    first = backend.call("lookup_knowledge", args, now=NOW, run_id="run-1")
+    assert first.data_source == "knowledge" and first.evidence_status is None
+    res = first.result
+    assert res["query"] == args.query and res["results"][0]["card_id"] == "pg-lock-contention"
+    assert enumerate_ref_paths(res) == ["$.results[0]"]
+    item = res["results"][0]
+    assert ref_text("lookup_knowledge", res, "$.results[0]") == f"[{item['card_id']}] {item['title']}: {item['text']}"
+    assert first.details["layer"] == "L0+L1" and first.details["relevance_level"] == item["grade"]
+    # Same run, same question: the only card above the floor was already returned.
+    again = backend.call("lookup_knowledge", args, now=NOW, run_id="run-1")
+    assert again.evidence_status == "DEDUPLICATED"
+    assert again.result["results"] == [] and "already returned" in again.result["deduplicated"]
+    # A new run gets the card again.
+    fresh = backend.call("lookup_knowledge", args, now=NOW, run_id="run-2")
+    assert fresh.evidence_status is None and fresh.result["results"][0]["card_id"] == "pg-lock-contention"
+
+
+def test_backend_no_evidence(kb: KnowledgeBase) -> None:
+    out = KnowledgeBackend(kb).call(
+        "lookup_knowledge", LookupKnowledgeArgs(query="how do I bake bread"), now=NOW, run_id="r"
+    )
+    assert out.result["results"] == [] and out.evidence_status is None
+    assert out.result["no_evidence"] == (
+        "lookup_knowledge found no card above the relevance floor for query 'how do I bake bread'"
+    )
+    assert out.details["relevance_level"] == "NO_EVIDENCE"
+
+
+def test_index_cache_reused_and_rebuilt(tmp_path: Path) -> None:
+    cards = tmp_path / "cards"
+    shutil.copytree(FIXTURES, cards)
+    cache = tmp_path / "kb-index"
+    first = KnowledgeBase.load([cards], builtin=False, cache_dir=cache)
+    assert not first.cache_hit and len(list(cache.iterdir())) == 1
+    second = KnowledgeBase.load([cards], builtin=False, cache_dir=cache)
+    assert second.cache_hit
+    assert second.search("Redis max number of clients reached").hits[0].card_id == "redis-maxclients"
+    card = cards / "redis-maxclients.md"
+    card.write_text(card.read_text(encoding="utf-8") + "\n## More\nSet a client timeout.\n", encoding="utf-8")
+    third = KnowledgeBase.load([cards], builtin=False, cache_dir=cache)
+    assert not third.cache_hit and len(list(cache.iterdir())) == 2
+    assert any(c.text.startswith("## More") for c in third.chunks)
