@@ -83,7 +83,11 @@ def test_unknown_signal_field(tmp_path: Path) -> None:
     [
         ("mechanism: row_lock_contention", "mechanism: lock_storm", "hypotheses[0].mechanism"),
         ("component: postgresql", "component: postgres", "hypotheses[0].component"),
-        ("recovery: [terminate_blocking_session]", "recovery: [reboot_everything]", "hypotheses[0].recovery[0]"),
+        (
+            "recovery: [terminate_blocking_session]",
+            "recovery: [reboot_everything]",
+            "hypotheses[0].recovery[0]",
+        ),
         ("[connection_pool/pool_leak]", "[connection_pool/leaky]", "hypotheses[0].distinguishes_from[0]"),
         ("domain: postgresql", "domain: oracle", "domain"),
     ],
@@ -104,7 +108,11 @@ def test_bad_signal_operator(tmp_path: Path) -> None:
         ("trend: rises}", "}", "hypotheses[0].signals[2].trend"),
         ("kind: locks, ", "", "hypotheses[0].signals[0].kind"),
         ("{granted: false}", '{granted: false}, match: ["x"]', "hypotheses[0].signals[0].test"),
-        ("tool: inspect_redis, kind: info,", "tool: inspect_redis, kind: slowlog,", "hypotheses[0].signals[1].field"),
+        (
+            "tool: inspect_redis, kind: info,",
+            "tool: inspect_redis, kind: slowlog,",
+            "hypotheses[0].signals[1].field",
+        ),
         ("scope: DATABASE, level: ERROR", "labels: {a: b}", "hypotheses[0].signals[3].labels"),
         ("weight: 3}", "weight: 0}", "hypotheses[0].signals[0].weight"),
     ],

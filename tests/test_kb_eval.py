@@ -66,11 +66,15 @@ def test_retrieval_eval_on_fixtures(tmp_path: Path) -> None:
     assert report["calibration"]["queries"] == 4
     row = report["rows"][0]
     assert row["top"][0] == "pg-lock-contention" and row["rank_of_first_relevant"] == 1
-    assert row["evidence_status"] == "EVIDENCE_FOUND" and report["rows"][2]["evidence_status"] == "NO_EVIDENCE"
+    assert (
+        row["evidence_status"] == "EVIDENCE_FOUND" and report["rows"][2]["evidence_status"] == "NO_EVIDENCE"
+    )
 
 
 def test_query_file_unknown_card(tmp_path: Path) -> None:
     qfile = tmp_path / "q.yaml"
     qfile.write_text(QUERIES.replace("relevant: [jvm-gc-pause]", "relevant: [nope]"), encoding="utf-8")
     with pytest.raises(ConfigError, match=r"queries\.5\.relevant: expected known card ids"):
-        load_queries(qfile, {"redis-maxclients", "tls-cert-expired", "nginx-upstream-timeout", "pg-lock-contention"})
+        load_queries(
+            qfile, {"redis-maxclients", "tls-cert-expired", "nginx-upstream-timeout", "pg-lock-contention"}
+        )

@@ -84,7 +84,10 @@ def test_backend_result_refs_and_tracker(kb: KnowledgeBase) -> None:
     assert res["query"] == args.query and res["results"][0]["card_id"] == "pg-lock-contention"
     assert enumerate_ref_paths(res) == ["$.results[0]"]
     item = res["results"][0]
-    assert ref_text("lookup_knowledge", res, "$.results[0]") == f"[{item['card_id']}] {item['title']}: {item['text']}"
+    assert (
+        ref_text("lookup_knowledge", res, "$.results[0]")
+        == f"[{item['card_id']}] {item['title']}: {item['text']}"
+    )
     assert first.details["layer"] == "L0+L1" and first.details["relevance_level"] == item["grade"]
     # Same run, same question: the only card above the floor was already returned.
     again = backend.call("lookup_knowledge", args, now=NOW, run_id="run-1")

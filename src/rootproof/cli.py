@@ -334,6 +334,11 @@ def scenarios_validate(ref: Annotated[str | None, typer.Argument(help="A scenari
 
 
 def _mount_eval() -> None:
+    from rootproof.eval.ir import ir_command
+    from rootproof.eval.retrieval import retrieval_command
+
+    eval_app.command("retrieval")(retrieval_command)
+    eval_app.command("ir")(ir_command)
     try:
         from rootproof.eval import commands
     except ImportError:

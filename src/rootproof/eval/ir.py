@@ -54,7 +54,9 @@ def read_collection(folder: Path) -> TrecCollection:
     paths = {n: folder / n for n in ("doc-text.trec", "query-text.trec", "qrels")}
     missing = [str(p) for p in paths.values() if not p.is_file()]
     if missing:
-        raise ConfigError(f"--collection {folder}: expected doc-text.trec, query-text.trec and qrels (missing {', '.join(missing)})")
+        raise ConfigError(
+            f"--collection {folder}: expected doc-text.trec, query-text.trec and qrels (missing {', '.join(missing)})"
+        )
     docs: list[tuple[str, str]] = []
     for m in _DOC.finditer(paths["doc-text.trec"].read_text(encoding="utf-8", errors="replace")):
         inner = m.group(1)
@@ -66,7 +68,9 @@ def read_collection(folder: Path) -> TrecCollection:
     for m in _TOP.finditer(paths["query-text.trec"].read_text(encoding="utf-8", errors="replace")):
         num, title = _NUM.search(m.group(1)), _TITLE.search(m.group(1))
         if not num or not title:
-            raise ConfigError(f"{paths['query-text.trec']}: topic {len(queries) + 1}: expected <num> and <title>")
+            raise ConfigError(
+                f"{paths['query-text.trec']}: topic {len(queries) + 1}: expected <num> and <title>"
+            )
         queries.append((num.group(1), _TAG.sub(" ", title.group(1)).strip()))
     qrels: dict[str, dict[str, int]] = {}
     for ln, line in enumerate(paths["qrels"].read_text(encoding="utf-8").splitlines(), start=1):
@@ -77,7 +81,9 @@ def read_collection(folder: Path) -> TrecCollection:
             raise ConfigError(f"{paths['qrels']}: line {ln}: expected 'qid iter docno rel'")
         qrels.setdefault(parts[0], {})[parts[2]] = int(parts[3])
     if not docs or not queries or not qrels:
-        raise ConfigError(f"--collection {folder}: expected documents, topics and judgements (found {len(docs)}, {len(queries)}, {len(qrels)})")
+        raise ConfigError(
+            f"--collection {folder}: expected documents, topics and judgements (found {len(docs)}, {len(queries)}, {len(qrels)})"
+        )
     return TrecCollection(name=folder.name, docs=docs, queries=queries, qrels=qrels)
 
 
@@ -133,9 +139,15 @@ def rank_collection(
 
 
 def ir_command(
-    collection: Annotated[Path, typer.Option("--collection", help="Folder with doc-text.trec, query-text.trec, qrels.")],
-    json_file: Annotated[Path | None, typer.Option("--json", help="Write the JSON report to this file.")] = None,
-    no_hybrid: Annotated[bool, typer.Option("--no-hybrid", help="Skip the dense channel (keyword only).")] = False,
+    collection: Annotated[
+        Path, typer.Option("--collection", help="Folder with doc-text.trec, query-text.trec, qrels.")
+    ],
+    json_file: Annotated[
+        Path | None, typer.Option("--json", help="Write the JSON report to this file.")
+    ] = None,
+    no_hybrid: Annotated[
+        bool, typer.Option("--no-hybrid", help="Skip the dense channel (keyword only).")
+    ] = False,
 ) -> None:
     """Evaluate the keyword channel (and the hybrid) on a public TREC collection."""
     from rootproof.kb.cli import run_cli

@@ -108,7 +108,9 @@ def load_queries(path: Path, card_ids: set[str] | None = None) -> QueryFile:
             for name in ("relevant", "forbidden"):
                 for cid in getattr(q, name):
                     if cid not in card_ids:
-                        raise ConfigError(f"{path}: field queries.{i}.{name}: expected known card ids ({q.id}: {cid!r})")
+                        raise ConfigError(
+                            f"{path}: field queries.{i}.{name}: expected known card ids ({q.id}: {cid!r})"
+                        )
     return qf
 
 
@@ -173,7 +175,9 @@ def calibrate(kb: KnowledgeBase, queries: list[EvalQuery]) -> Calibration:
         "HIGHLY_RELEVANT = median, PRECISE = 75th percentile of relevant-card scores"
     )
     th = Thresholds(channels=channels, version=stored.version + 1, derivation=derivation)
-    return Calibration(thresholds=th, report={"split": "calibration", "queries": len(cal), "statistics": stats})
+    return Calibration(
+        thresholds=th, report={"split": "calibration", "queries": len(cal), "statistics": stats}
+    )
 
 
 def _ndcg10(top: list[str], relevant: set[str]) -> float:
@@ -195,13 +199,17 @@ def _metrics(rows: list[dict[str, Any]]) -> dict[str, float | None]:
         "hit@3": mean([1.0 if k is not None and k <= 3 else 0.0 for k in ranks]),
         "mrr": mean([1.0 / k if k else 0.0 for k in ranks]),
         "ndcg@10": mean([_ndcg10(r["top"], set(r["relevant"])) for r in ans]),
-        "forbidden_top1_rate": mean([1.0 if r["top"] and r["top"][0] in r["forbidden"] else 0.0 for r in rows]),
+        "forbidden_top1_rate": mean(
+            [1.0 if r["top"] and r["top"][0] in r["forbidden"] else 0.0 for r in rows]
+        ),
         "ood_rejection_rate": mean([1.0 if not r["top"] else 0.0 for r in ood]),
         "answerable_no_evidence_rate": mean([1.0 if not r["top"] else 0.0 for r in ans]),
     }
 
 
-def _row(q: EvalQuery, top: list[str], ranks: dict[str, dict[str, int | None]], status: str) -> dict[str, Any]:
+def _row(
+    q: EvalQuery, top: list[str], ranks: dict[str, dict[str, int | None]], status: str
+) -> dict[str, Any]:
     first = next((i for i, c in enumerate(top, start=1) if c in q.relevant), None)
     return {
         "id": q.id,
@@ -217,7 +225,9 @@ def _row(q: EvalQuery, top: list[str], ranks: dict[str, dict[str, int | None]], 
     }
 
 
-def evaluate(kb: KnowledgeBase, queries: list[EvalQuery], channels: list[str] | None = None) -> dict[str, Any]:
+def evaluate(
+    kb: KnowledgeBase, queries: list[EvalQuery], channels: list[str] | None = None
+) -> dict[str, Any]:
     """Calibrate on the calibration split, then measure the test split (see module docstring)."""
     calibration = calibrate(kb, queries)
     kb.thresholds = calibration.thresholds
@@ -228,7 +238,9 @@ def evaluate(kb: KnowledgeBase, queries: list[EvalQuery], channels: list[str] | 
         rows = []
         for q in test:
             resp = kb.search(q.query, EVAL_TOP_K, channels=ABLATIONS[name])
-            rows.append(_row(q, [h.card_id for h in resp.hits], {}, "EVIDENCE_FOUND" if resp.hits else "NO_EVIDENCE"))
+            rows.append(
+                _row(q, [h.card_id for h in resp.hits], {}, "EVIDENCE_FOUND" if resp.hits else "NO_EVIDENCE")
+            )
         ablations[name] = _metrics(rows)
     backend = KnowledgeBackend(kb)
     rows = []
@@ -236,7 +248,10 @@ def evaluate(kb: KnowledgeBase, queries: list[EvalQuery], channels: list[str] | 
     now = datetime.now(UTC)
     for q in test:
         br = backend.call(
-            "lookup_knowledge", LookupKnowledgeArgs(query=q.query, top_k=EVAL_TOP_K), now=now, run_id=str(uuid.uuid4())
+            "lookup_knowledge",
+            LookupKnowledgeArgs(query=q.query, top_k=EVAL_TOP_K),
+            now=now,
+            run_id=str(uuid.uuid4()),
         )
         res = br.result
         for path in enumerate_ref_paths(res):
@@ -245,18 +260,24 @@ def evaluate(kb: KnowledgeBase, queries: list[EvalQuery], channels: list[str] | 
             results += 1
             item = res["results"][int(path[len("$.results[") : -1])]
             try:
-                text_ok = bool(item.get("text")) and ref_text("lookup_knowledge", res, path).endswith(item["text"])
+                text_ok = bool(item.get("text")) and ref_text("lookup_knowledge", res, path).endswith(
+                    item["text"]
+                )
             except KeyError:
                 text_ok = False
             if item.get("card_id") and item.get("chunk_id") and text_ok:
                 complete += 1
-        ranks = {r["card_id"]: {ch: r.get(ch) for ch in ("bm25", "dense", "l0")} for r in br.details["channel_ranks"]}
+        ranks = {
+            r["card_id"]: {ch: r.get(ch) for ch in ("bm25", "dense", "l0")}
+            for r in br.details["channel_ranks"]
+        }
         status = br.evidence_status or ("EVIDENCE_FOUND" if res["results"] else "NO_EVIDENCE")
         rows.append(_row(q, [r["card_id"] for r in res["results"]], ranks, status))
     metrics = _metrics(rows)
     metrics["citation_completeness"] = round(complete / results, 4) if results else None
     by_language = {
-        lang: _metrics([r for r in rows if r["language"] == lang]) for lang in sorted({r["language"] for r in rows})
+        lang: _metrics([r for r in rows if r["language"] == lang])
+        for lang in sorted({r["language"] for r in rows})
     }
     return {
         "queries": len(test),
@@ -265,7 +286,11 @@ def evaluate(kb: KnowledgeBase, queries: list[EvalQuery], channels: list[str] | 
         "by_language": by_language,
         "ablations": ablations,
         "rows": rows,
-        "calibration": {**calibration.report, "thresholds": calibration.thresholds.as_dict(), "stored": THRESHOLDS},
+        "calibration": {
+            **calibration.report,
+            "thresholds": calibration.thresholds.as_dict(),
+            "stored": THRESHOLDS,
+        },
     }
 
 
@@ -280,11 +305,19 @@ def save_thresholds(th: Thresholds, path: Path | None = None) -> Path:
 
 
 def retrieval_command(
-    queries: Annotated[Path | None, typer.Option("--queries", help="Labelled query file (default: the built-in one).")] = None,
-    channels: Annotated[str, typer.Option("--channels", help="Ablations to run: bm25,dense,hybrid.")] = "bm25,dense,hybrid",
-    json_file: Annotated[Path | None, typer.Option("--json", help="Write the JSON report to this file.")] = None,
+    queries: Annotated[
+        Path | None, typer.Option("--queries", help="Labelled query file (default: the built-in one).")
+    ] = None,
+    channels: Annotated[
+        str, typer.Option("--channels", help="Ablations to run: bm25,dense,hybrid.")
+    ] = "bm25,dense,hybrid",
+    json_file: Annotated[
+        Path | None, typer.Option("--json", help="Write the JSON report to this file.")
+    ] = None,
     cards: Annotated[Path | None, typer.Option("--cards", help="A folder of extra cards.")] = None,
-    save: Annotated[bool, typer.Option("--save-thresholds", help="Store the calibrated thresholds in the package.")] = False,
+    save: Annotated[
+        bool, typer.Option("--save-thresholds", help="Store the calibrated thresholds in the package.")
+    ] = False,
 ) -> None:
     """Evaluate knowledge retrieval on labelled queries (calibration split → test split)."""
 
@@ -305,12 +338,16 @@ def retrieval_command(
         print(f"{report['queries']} test queries over {report['cards']} cards")
         print("hybrid " + " ".join(f"{k}={v}" for k, v in m.items()))
         for name, am in report["ablations"].items():
-            print(f"{name:6} hit@1={am['hit@1']} hit@3={am['hit@3']} mrr={am['mrr']} ood_rejection={am['ood_rejection_rate']}")
+            print(
+                f"{name:6} hit@1={am['hit@1']} hit@3={am['hit@3']} mrr={am['mrr']} ood_rejection={am['ood_rejection_rate']}"
+            )
 
     run_cli(body)
 
 
-eval_app = typer.Typer(help="Evaluation: knowledge retrieval and public IR collections.", no_args_is_help=True)
+eval_app = typer.Typer(
+    help="Evaluation: knowledge retrieval and public IR collections.", no_args_is_help=True
+)
 eval_app.command("retrieval")(retrieval_command)
 
 

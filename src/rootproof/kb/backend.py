@@ -71,7 +71,8 @@ class KnowledgeBackend:
             "l1_match_count": resp.l1_match_count,
             "l0_hint_cards": resp.l0_hint_cards,
             "channel_ranks": [
-                {"card_id": h.card_id, **{ch: v.get("rank") for ch, v in h.channels.items()}} for h in resp.hits
+                {"card_id": h.card_id, **{ch: v.get("rank") for ch, v in h.channels.items()}}
+                for h in resp.hits
             ],
             "relevance_level": GRADES[best] if best is not None else "NO_EVIDENCE",
             "excluded_cards": sorted(known),

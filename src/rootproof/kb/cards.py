@@ -30,7 +30,13 @@ __all__ = [
 ]
 
 SignalTool = Literal["query_logs", "query_metrics", "inspect_postgres", "inspect_redis", "inspect_nginx"]
-SIGNAL_TOOLS: tuple[str, ...] = ("query_logs", "query_metrics", "inspect_postgres", "inspect_redis", "inspect_nginx")
+SIGNAL_TOOLS: tuple[str, ...] = (
+    "query_logs",
+    "query_metrics",
+    "inspect_postgres",
+    "inspect_redis",
+    "inspect_nginx",
+)
 """The runtime tools a signal may name."""
 
 _KINDS: dict[str, frozenset[str]] = {
@@ -60,7 +66,9 @@ Scalar = str | int | float | bool
 
 
 def _bad(field: str, expected: str) -> PydanticCustomError:
-    return PydanticCustomError("card_field", "{field}: expected {expected}", {"field": field, "expected": expected})
+    return PydanticCustomError(
+        "card_field", "{field}: expected {expected}", {"field": field, "expected": expected}
+    )
 
 
 def _sorted_list(values: frozenset[str]) -> str:
@@ -153,21 +161,29 @@ class Signal(_Strict):
         if test == "where":
             allowed = _TABLE_KINDS.get(tool, frozenset())
             if self.kind not in allowed:
-                raise _bad("where", "a table kind (inspect_postgres activity, locks, database_stats, "
-                           f"replication, top_queries; inspect_redis clients), not {tool} {self.kind or ''}".rstrip())
+                raise _bad(
+                    "where",
+                    "a table kind (inspect_postgres activity, locks, database_stats, "
+                    f"replication, top_queries; inspect_redis clients), not {tool} {self.kind or ''}".rstrip(),
+                )
             assert self.where is not None
             if not self.where:
                 raise _bad("where", "at least one condition")
             for key, cond in self.where.items():
                 if isinstance(cond, str):
-                    body = cond[2:] if cond[:2] in _WHERE_OPS else cond[1:] if cond[:1] in _WHERE_OPS else None
+                    body = (
+                        cond[2:] if cond[:2] in _WHERE_OPS else cond[1:] if cond[:1] in _WHERE_OPS else None
+                    )
                     if body is not None and not body.strip():
                         raise _bad(f"where.{key}", f"a value after the operator (got {cond!r})")
         if test == "field":
             allowed = _FIELD_KINDS.get(tool, frozenset())
             if self.kind not in allowed:
-                raise _bad("field", "an inspect_redis info or config, inspect_postgres settings or "
-                           f"inspect_nginx status signal, not {tool} {self.kind or ''}".rstrip())
+                raise _bad(
+                    "field",
+                    "an inspect_redis info or config, inspect_postgres settings or "
+                    f"inspect_nginx status signal, not {tool} {self.kind or ''}".rstrip(),
+                )
             if self.op is None:
                 raise _bad("op", "one of contains, eq, ge, gt, le, lt, ne (required with field)")
             if self.value is None:
@@ -271,7 +287,9 @@ _CardLoader.yaml_implicit_resolvers = {
     ch: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
     for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-_CardLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_CardLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 
 _FRONT = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)(.*)\Z", re.S)
 
@@ -331,7 +349,9 @@ def parse_card(text: str, path: Path) -> Card:
         field, expected = _describe(exc.errors()[0])
         raise CardError(f"{path}: field {field}: expected {expected}") from None
     if card.id != path.stem:
-        raise CardError(f"{path}: field id: expected the file name without .md ({path.stem!r}), got {card.id!r}")
+        raise CardError(
+            f"{path}: field id: expected the file name without .md ({path.stem!r}), got {card.id!r}"
+        )
     if not card.body:
         raise CardError(f"{path}: field (body): expected Markdown text after the front matter")
     return card
@@ -366,6 +386,8 @@ def load_cards(extra_dirs: Sequence[Path] = (), *, builtin: bool = True) -> dict
         for p in _card_files(folder):
             card = parse_card(p.read_text(encoding="utf-8"), p)
             if card.id in cards:
-                raise CardError(f"{p}: field id: expected a unique id ({card.id!r} is also {cards[card.id].path})")
+                raise CardError(
+                    f"{p}: field id: expected a unique id ({card.id!r} is also {cards[card.id].path})"
+                )
             cards[card.id] = card
     return cards

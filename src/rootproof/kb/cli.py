@@ -47,8 +47,13 @@ def run_cli(fn: Callable[[], T]) -> T:
 @contextmanager
 def _progress(label: str, enabled: bool = True) -> Iterator[Callable[[int, int], None]]:
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(), console=_err, transient=True, disable=not enabled,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=_err,
+        transient=True,
+        disable=not enabled,
     ) as bar:
         task = bar.add_task(label, total=None)
 

@@ -7,7 +7,8 @@
   They only hint: a hinted card that L1 also keeps is raised one grade and gets an extra
   fusion term; L0 never brings in a card that L1 did not keep.
 - L1: `KeywordIndex` and dense cosine per chunk; a card's channel score is its best chunk's;
-  the card order is reciprocal rank fusion (k = 60) of the channel ranks; grades come from the
+  the card order is reciprocal rank fusion (k = 60) of the channel rankings, each restricted to
+  the cards that channel scores above its own floor; grades come from the
   channels' own scores against calibrated thresholds (`thresholds.py`); below every floor → no
   result. One result per card (the chunk with the best fused chunk rank).
 - Reranker: a seam (`Reranker`), off by default.
@@ -376,9 +377,13 @@ class KnowledgeBase:
                 if cid in hints:
                     best = GRADES[max(0, GRADES.index(best) - 1)]
                 kept[cid] = best
+        # A channel votes only for the cards it scores above its own floor: below it, its
+        # ranks are noise (e.g. keyword overlap of generic words across languages).
         fused: dict[str, float] = {}
         for ch in channels:
-            for cid, r in cs.ranks[ch].items():
+            floor = self.thresholds.channels[ch].reference
+            voted = [c for c, _ in sorted(cs.ranks[ch].items(), key=lambda kv: kv[1]) if cs.scores[ch][c] >= floor]
+            for r, cid in enumerate(voted, start=1):
                 fused[cid] = fused.get(cid, 0.0) + 1.0 / (RRF_K + r)
         for r, cid in enumerate(hints, start=1):
             if cid in fused:
@@ -427,13 +432,17 @@ def _read_cache(folder: Path, chunks: list[Chunk]) -> tuple[list[list[str]], Flo
     return [list(t) for t in meta["tokens"]], np.asarray(emb, dtype=np.float32)
 
 
-def _write_cache(cache_dir: Path, key: str, chunks: list[Chunk], tokens: list[list[str]], emb: FloatArray) -> None:
+def _write_cache(
+    cache_dir: Path, key: str, chunks: list[Chunk], tokens: list[list[str]], emb: FloatArray
+) -> None:
     """Write atomically (a temp folder renamed into place); a failure only costs the cache."""
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=cache_dir))
         (tmp / "meta.json").write_text(
-            json.dumps({"key": key, "chunk_ids": [c.chunk_id for c in chunks], "tokens": tokens}, ensure_ascii=False),
+            json.dumps(
+                {"key": key, "chunk_ids": [c.chunk_id for c in chunks], "tokens": tokens}, ensure_ascii=False
+            ),
             encoding="utf-8",
         )
         np.save(tmp / "embeddings.npy", emb)

@@ -105,8 +105,6 @@ def tokenize(text: str) -> list[str]:
     return out
 
 
-
-
 def contains_identifier(normalized_query: str, normalized_identifier: str) -> bool:
     """True if the identifier occurs in the query, not glued to letters or digits on either side.
 

@@ -464,11 +464,13 @@ def _problems(doc: YamlDocument, exc: ValidationError, model: type[BaseModel]) -
 
 
 def problem(doc: YamlDocument, path: tuple[str | int, ...], what: str) -> str:
+    """`<file>: <field path>: <what> (line N)` for a check made outside the models."""
     line = doc.line_of(path)
     return f"{doc.name}: {_fmt_path(path)}: {what}" + (f" (line {line})" if line is not None else "")
 
 
 def validate(doc: YamlDocument, model: type[_M], problems: list[str]) -> _M | None:
+    """Validate a document against a border model; append its problems and return None on failure."""
     if not isinstance(doc.data, dict):
         problems.append(f"{doc.name}: expected a mapping at the top level (got {type(doc.data).__name__})")
         return None
@@ -556,6 +558,7 @@ def line_time(key: str, text: str) -> datetime | None:
 
 
 def slowlog_time(values: Mapping[str, Any]) -> datetime | None:
+    """The time of a SLOWLOG entry written as a mapping (`timestamp`: unix seconds or ISO text)."""
     stamp = values.get("timestamp")
     if isinstance(stamp, int) and not isinstance(stamp, bool):
         return datetime.fromtimestamp(stamp, UTC)

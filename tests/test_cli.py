@@ -1,0 +1,83 @@
+"""The CLI: JSON contract, exit codes, one clear error line for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rp(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ROOTPROOF_HOME": str(home)}
+    env.pop("ROOTPROOF_DATABASE_URL", None)
+    return subprocess.run([sys.executable, "-m", "rootproof.cli", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("rphome")
+
+
+def test_tool_call_json(home: Path) -> None:
+    p = rp("tool", "call", "query_logs", "--scenario", "payment-timeout", "--args", '{"query": "timeout"}', "--json", home=home)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    inv = doc["invocation"]
+    assert inv["status"] == "READY" and inv["evidence_status"] == "EVIDENCE_FOUND" and inv["data_source"] == "mock"
+    assert inv["evidence_refs"] and doc["observation"]["invocation_id"] == inv["invocation_id"]
+    t = rp("trace", doc["run_id"], "--json", home=home)
+    assert t.returncode == 0, t.stderr
+    trace = json.loads(t.stdout)
+    assert trace["invocations"][0]["invocation_id"] == inv["invocation_id"]
+    assert (trace["run"]["status"], trace["run"]["release_outcome"]) == ("SUCCESS", "NONE")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["tool", "call", "query_log", "--scenario", "payment-timeout"], "unknown tool 'query_log'"),
+        (["tool", "call", "query_logs", "--scenario", "payment-timeout", "--args", "{bad"], "--args: not valid JSON"),
+        (["tool", "call", "query_logs", "--scenario", "no-such-scenario"], "no-such-scenario"),
+        (["tool", "call", "query_logs", "--scenario", "/nonexistent/folder"], "/nonexistent/folder"),
+        (["diagnose", "why is it slow?"], "--scenario"),
+        (["diagnose", "--model", "gpt", "--scenario", "pg-row-lock"], "--model"),
+        (["trace", "no-such-run"], "unknown run id"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(home: Path, args: list[str], needle: str) -> None:
+    p = rp(*args, home=home)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert needle in p.stderr and "Traceback" not in p.stderr
+    assert p.stderr.strip().startswith("Error:")
+
+
+def test_malformed_scenario_names_file_and_field(home: Path, tmp_path: Path) -> None:
+    import shutil
+
+    src = ROOT / "src/rootproof/scenarios/builtin/pg-row-lock"
+    dst = tmp_path / "pg-row-lock"
+    shutil.copytree(src, dst)
+    text = (dst / "scenario.yaml").read_text().replace("allowed_tools:", "allowed_toolz:")
+    (dst / "scenario.yaml").write_text(text)
+    p = rp("tool", "call", "query_logs", "--scenario", str(dst), home=home)
+    assert p.returncode == 2 and "scenario.yaml" in p.stderr and "allowed_tool" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_bad_setting_is_exit_2(tmp_path: Path) -> None:
+    env = {**os.environ, "ROOTPROOF_HOME": str(tmp_path), "ROOTPROOF_DEADLINE_S": "-1"}
+    p = subprocess.run([sys.executable, "-m", "rootproof.cli", "tool", "call", "query_logs", "--scenario", "pg-row-lock"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert p.returncode == 2 and "ROOTPROOF_DEADLINE_S" in p.stderr
+
+
+def test_diagnose_json_on_embedded_default(home: Path) -> None:
+    p = rp("diagnose", "--scenario", "payment-timeout", "支付接口最近出现超时", "--json", home=home)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert {"run_id", "status", "release_outcome", "content"} <= set(doc)
+    assert doc["content"]["fallback"]["type"] == "EVIDENCE_VALIDATION_FAILED"
