@@ -233,13 +233,18 @@ def _message_part(inv: CanonicalInvocation, ref: EvidenceRef) -> str:
     return ref.text
 
 
-def choose_excerpt(inv: CanonicalInvocation, ref: EvidenceRef, rng: random.Random) -> str:
-    """A verbatim window of a ref a careful agent would quote: one line, whole tokens, 12–160 characters."""
+def choose_excerpt(inv: CanonicalInvocation, ref: EvidenceRef, rng: random.Random, *, headline: bool = False) -> str:
+    """A verbatim window of a ref a careful agent would quote: one line, whole tokens, 12–160 characters.
+
+    Lines with at least three words are preferred (a stack frame's tail is no quote); with
+    `headline` the first such line (a root cause quotes the message itself).
+    """
     body = _message_part(inv, ref)
     lines = [ln.strip() for ln in body.split("\n") if len(ln.strip()) >= 12]
-    if not lines:
+    wordy = [ln for ln in lines if len(re.findall(r"[A-Za-z\u4e00-\u9fff]{2,}", ln)) >= 3] or lines
+    if not wordy:
         return ref.text.strip()
-    line = lines[0] if rng.random() < 0.6 else rng.choice(lines)
+    line = wordy[0] if headline or rng.random() < 0.6 else rng.choice(wordy)
     tokens = line.split()
     if len(line) <= 160:
         return " ".join(tokens)
@@ -257,10 +262,10 @@ def _cite(inv: CanonicalInvocation, ref: EvidenceRef, excerpt: str) -> dict[str,
 
 
 _FINDING = {
-    "en": ['Logs show "{ex}"', 'The {tool} result records "{ex}"', "Observed: {ex}", 'Evidence: "{ex}"'],
-    "zh": ["日志显示：“{ex}”", "{tool} 的结果记录了：“{ex}”", "观察到：{ex}", "证据：“{ex}”"],
+    "en": ['Logs show "{ex}"', 'Evidence: "{ex}"', "Observed: {ex}", 'Recorded: "{ex}"'],
+    "zh": ["日志显示：“{ex}”", "证据：“{ex}”", "观察到：{ex}", "记录显示：“{ex}”"],
 }
-_ROOT = {"en": ['Root cause: "{ex}"', 'This establishes the root cause: "{ex}"'], "zh": ["根因：“{ex}”", "根因证据：“{ex}”"]}
+_ROOT = {"en": ['Root cause ({label}): "{ex}"', '{label}: "{ex}"'], "zh": ["根因（{label}）：“{ex}”", "根因证据：“{ex}”"]}
 _NEGATIVE = {"en": ['The query found no match: "{ex}"', "Nothing matched: {ex}"], "zh": ["查询没有匹配：“{ex}”", "没有找到匹配：{ex}"]}
 _KNOWLEDGE = {"en": ['Knowledge card: "{ex}"'], "zh": ["知识卡片：“{ex}”"]}
 
@@ -290,9 +295,9 @@ def paraphrase_draft(run: RecordedRun, language: str, rng: random.Random) -> Dra
         return None
     claims: list[dict[str, Any]] = []
 
-    def add(kind: str, template: str, inv: CanonicalInvocation, ref: EvidenceRef, ex: str) -> str:
+    def add(kind: str, template: str, inv: CanonicalInvocation, ref: EvidenceRef, ex: str, label: str = "") -> str:
         cid = f"c{len(claims) + 1}"
-        claims.append({"id": cid, "text": template.format(ex=ex, tool=inv.tool_name), "kind": kind, "citations": [_cite(inv, ref, ex)]})
+        claims.append({"id": cid, "text": template.format(ex=ex, label=label), "kind": kind, "citations": [_cite(inv, ref, ex)]})
         return cid
 
     root_cause = None
@@ -305,12 +310,15 @@ def paraphrase_draft(run: RecordedRun, language: str, rng: random.Random) -> Dra
                 inv = next(i for i in run.invocations if i.invocation_id == cit.invocation_id)
                 ref = inv.ref(cit.raw_path)
                 if ref is not None:
-                    rc_ids.append(add("root_cause", rng.choice(_ROOT[language]), inv, ref, choose_excerpt(inv, ref, rng)))
+                    label = f"{planner.root_cause.component} {planner.root_cause.mechanism.replace('_', ' ')}"
+                    ex = choose_excerpt(inv, ref, rng, headline=True)
+                    rc_ids.append(add("root_cause", rng.choice(_ROOT[language]), inv, ref, ex, label))
         if rc_ids:
             rc = planner.root_cause
             root_cause = {"component": rc.component, "mechanism": rc.mechanism, "culprit": "", "claim_ids": rc_ids}
     for inv, ref in rng.sample(positives, min(len(positives), rng.randint(2, 5))):
-        add("finding", rng.choice(_FINDING[language]), inv, ref, choose_excerpt(inv, ref, rng))
+        templates = _FINDING[language] if inv.tool_name == "query_logs" else _FINDING[language][1:]
+        add("finding", rng.choice(templates), inv, ref, choose_excerpt(inv, ref, rng))
     knowledge = _knowledge_refs(run)
     if knowledge and rng.random() < 0.5:
         inv, ref = rng.choice(knowledge)

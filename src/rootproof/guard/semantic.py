@@ -168,7 +168,10 @@ class OfflineJudge:
         if missing_num:
             return no(f"numbers not in the evidence: {sorted(missing_num)[:5]}")
         prem_ids = _idents(prem)
-        missing_id = {i for i in _idents(text) if i not in prem_ids and i not in prem_n}
+        exempt = {w.casefold() for m in context.get("mechanisms", ()) for w in MECHANISM_WORDS.get(m, ())} | {
+            w.casefold() for w in context.get("vocabulary", ())
+        }
+        missing_id = {i for i in _idents(text) if i not in prem_ids and i not in prem_n and i not in exempt}
         if missing_id:
             return no(f"identifiers not in the evidence: {sorted(missing_id)[:5]}")
         if claim.kind != "negative_observation":
@@ -248,7 +251,7 @@ class SemanticGuard:
         mechanisms |= {h.mechanism for h in draft.hypotheses}
         vocabulary: set[str] = set()
         for h in draft.hypotheses:
-            vocabulary |= set(_content_words(h.component.replace("_", " ")))
+            vocabulary |= set(_content_words(h.component.replace("_", " "))) | {"gc", "oom", "dns", "cpu", "tls", "jvm"} & set(h.mechanism.split("_") + h.component.split("_"))
         result = SemanticResult(judge=self.judge.name)
         try:
             for claim in draft.claims:

@@ -56,7 +56,7 @@ _CARD_ID = re.compile(r"^\[([a-z0-9-]+)\]")
 _LABELS_ZH = {
     "row_lock_contention": "行锁争用", "deadlock": "死锁", "connection_exhaustion": "连接耗尽", "pool_leak": "连接池泄漏",
     "slow_query": "慢查询", "replication_lag": "复制延迟", "max_clients_reached": "达到最大客户端数", "memory_eviction": "内存驱逐",
-    "upstream_timeout": "上游超时", "gc_pause": "GC 停顿", "oom_kill": "OOM kill", "disk_full": "磁盘满",
+    "upstream_timeout": "上游超时", "gc_pause": "gc 停顿", "oom_kill": "OOM kill", "disk_full": "磁盘满",
     "dns_resolution_failure": "DNS 解析失败", "certificate_expired": "证书过期", "bad_config_rollout": "配置变更",
     "cpu_saturation": "CPU 饱和", "thread_pool_exhaustion": "线程池耗尽", "queue_backlog": "队列积压", "network_partition": "网络分区",
 }
@@ -243,6 +243,20 @@ class OfflinePlanner:
                 calls.append(ToolCall(id=f"s{step}-k", name="lookup_knowledge", arguments={"query": " ".join(errors)[:1000], "top_k": 5}))
                 return calls
         done = {json.dumps([o.tool, o.args], sort_keys=True) for o in observations}
+        # A differential lookup: knowledge about the leading hypothesis and what it must be told apart
+        # from, when it is not yet confirmed or the runtime evidence is not all in view.
+        ranked = sorted(candidates, key=lambda c: (-c.seen, c.rank))
+        if ranked and ranked[0].seen > 0 and len(lookups) < 3 and "lookup_knowledge" in offered and "lookup_knowledge" not in blocked:
+            best = ranked[0]
+            runner = ranked[1].seen if len(ranked) > 1 else 0.0
+            confirmed = best.seen >= ROOT_THRESHOLD and best.strong and best.seen - runner >= MARGIN
+            incomplete = any(o.omitted for o in observations if o.tool != "lookup_knowledge") or any(t.startswith("inspect_") for t in offered)
+            pairs = [best.key, *best.distinguishes_from[:3]]
+            query = "; ".join(_label(*p.split("/", 1), False) for p in pairs)
+            args_dx: dict[str, Any] = {"query": query, "top_k": 5}
+            if (not confirmed or incomplete) and json.dumps(["lookup_knowledge", args_dx], sort_keys=True) not in done:
+                done.add(json.dumps(["lookup_knowledge", args_dx], sort_keys=True))
+                calls.append(ToolCall(id=f"s{step}-dx", name="lookup_knowledge", arguments=args_dx))
         groups: dict[tuple[str, str | None], list[Signal]] = {}
         for c in sorted(candidates, key=lambda c: (-c.seen, c.rank)):
             for s in sorted(c.unobservable, key=lambda s: -s.weight):
@@ -285,20 +299,32 @@ class OfflinePlanner:
 
     @staticmethod
     def _error_lines(observations: list[Observation]) -> list[str]:
-        out: list[str] = []
+        """The first lines of the most severe messages, and the metrics that moved: a second lookup's query."""
+        ranked: list[tuple[int, str]] = []
+        metrics: list[str] = []
+        sev = (("FATAL", 0), ("PANIC", 0), ("ERROR", 1), ("[error]", 1), ("[crit]", 0), ("[emerg]", 0), ("[alert]", 0), ("WARN", 2), ("[warn]", 2))
         for o in observations:
             if o.tool == "lookup_knowledge" or not o.ready:
                 continue
             for ref in o.refs:
                 text = str(ref.get("text", ""))
-                if re.search(r"\b(ERROR|FATAL|PANIC|WARN(ING)?|\[error\]|\[crit\]|\[alert\]|\[emerg\])\b|Exception|refused|timed out|failed", text):
-                    msg = text.split("] ", 1)[-1] if o.tool == "query_logs" else text
-                    msg = msg[:200]
-                    if msg not in out:
-                        out.append(msg)
-                if len(out) >= 4:
-                    return out
-        return out
+                if o.tool == "query_metrics":
+                    m = re.match(r"^([^\s{]+)\S* first=\S+ last=\S+ min=\S+ max=\S+ delta=(\S+)", text)
+                    if m and m.group(2) not in ("0", "0.0") and m.group(1) not in metrics:
+                        metrics.append(m.group(1))
+                    continue
+                first = text.split("\n", 1)[0]
+                rank = next((r for tag, r in sev if tag in first), None)
+                if rank is None and re.search(r"Exception|refused|timed out|failed|denied|No space|Killed process", first):
+                    rank = 2
+                if rank is None:
+                    continue
+                msg = first.split("] ", 1)[-1] if o.tool == "query_logs" else first
+                msg = re.sub(r"^\S+ \S+ (UTC )?\[\d+\] ", "", msg)[:140]
+                if all(msg != m for _, m in ranked):
+                    ranked.append((rank, msg))
+        ranked.sort(key=lambda rm: rm[0])
+        return [m for _, m in ranked[:3]] + metrics[:3]
 
     # -- the draft -------------------------------------------------------------------------
     def _draft(self, question: str, candidates: list[Candidate], observations: list[Observation]) -> dict[str, Any]:
