@@ -241,7 +241,7 @@ def choose_excerpt(inv: CanonicalInvocation, ref: EvidenceRef, rng: random.Rando
     """
     body = _message_part(inv, ref)
     lines = [ln.strip() for ln in body.split("\n") if len(ln.strip()) >= 12]
-    wordy = [ln for ln in lines if len(re.findall(r"[A-Za-z\u4e00-\u9fff]{2,}", ln)) >= 3] or lines
+    wordy = [ln for ln in lines if len(ln) >= 24 and len(re.findall(r"[A-Za-z\u4e00-\u9fff]{2,}", ln)) >= 3] or lines
     if not wordy:
         return ref.text.strip()
     line = wordy[0] if headline or rng.random() < 0.6 else rng.choice(wordy)
@@ -310,7 +310,7 @@ def paraphrase_draft(run: RecordedRun, language: str, rng: random.Random) -> Dra
                 inv = next(i for i in run.invocations if i.invocation_id == cit.invocation_id)
                 ref = inv.ref(cit.raw_path)
                 if ref is not None:
-                    label = f"{planner.root_cause.component} {planner.root_cause.mechanism.replace('_', ' ')}"
+                    label = f"{planner.root_cause.component} {planner.root_cause.mechanism}".replace("_", " ")
                     ex = choose_excerpt(inv, ref, rng, headline=True)
                     rc_ids.append(add("root_cause", rng.choice(_ROOT[language]), inv, ref, ex, label))
         if rc_ids:
