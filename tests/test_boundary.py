@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from rootproof.boundary import CircuitBreaker, InMemoryCanonicalStore, InvocationStatus, ToolBoundary, ToolCallRequest
+from rootproof.boundary import (
+    CircuitBreaker,
+    InMemoryCanonicalStore,
+    InvocationStatus,
+    ToolBoundary,
+    ToolCallRequest,
+)
 from rootproof.boundary.safety import is_instruction_like, redact
 from rootproof.errors import BackendError
 from rootproof.run import RunBudget, RunContext, RunState, ToolScope

@@ -61,12 +61,31 @@ def _fabricated_draft(tool: str, component: str, mechanism: str) -> dict[str, An
                 "id": "c1",
                 "text": "The evidence shows the fault.",
                 "kind": "root_cause",
-                "citations": [{"invocation_id": "inv-000000000000", "tool_name": tool, "raw_path": "$.rows[0]", "excerpt": "idle in transaction"}],
+                "citations": [
+                    {
+                        "invocation_id": "inv-000000000000",
+                        "tool_name": tool,
+                        "raw_path": "$.rows[0]",
+                        "excerpt": "idle in transaction",
+                    }
+                ],
             }
         ],
         "hypotheses": [
-            {"statement": "s", "component": component, "mechanism": mechanism, "status": "confirmed", "claim_ids": ["c1"]},
-            {"statement": "t", "component": "connection_pool", "mechanism": "pool_leak", "status": "ruled_out", "claim_ids": ["c1"]},
+            {
+                "statement": "s",
+                "component": component,
+                "mechanism": mechanism,
+                "status": "confirmed",
+                "claim_ids": ["c1"],
+            },
+            {
+                "statement": "t",
+                "component": "connection_pool",
+                "mechanism": "pool_leak",
+                "status": "ruled_out",
+                "claim_ids": ["c1"],
+            },
         ],
         "plan": [{"step": 0, "hypothesis": "s", "tool": tool, "why": "look"}],
     }
@@ -103,10 +122,14 @@ def _truth(**over: Any) -> GroundTruth:
         "expected_outcome": None,
         "root_cause": RootCause(component="postgresql", mechanism="row_lock_contention", culprit="pid 4242"),
         "required_evidence": (
-            RequiredEvidence(id="blocker", tool="inspect_postgres", match=('"pid":4242', "idle in transaction")),
+            RequiredEvidence(
+                id="blocker", tool="inspect_postgres", match=('"pid":4242', "idle in transaction")
+            ),
             RequiredEvidence(id="waiter", tool="inspect_postgres", match=('"blocking_pids":[4242]',)),
         ),
-        "alternatives": (Alternative(component="connection_pool", mechanism="pool_leak", ruled_out_by=("waiter",)),),
+        "alternatives": (
+            Alternative(component="connection_pool", mechanism="pool_leak", ruled_out_by=("waiter",)),
+        ),
         "red_herrings": (RedHerring(description="CPU 85%", component="host", mechanism="cpu_saturation"),),
         "recovery": Recovery(
             contract="executed_recovery",
@@ -124,7 +147,16 @@ BLOCKER = '{"pid":4242,"state":"Idle In Transaction","usename":"app"}'
 WAITER = '{"blocking_pids":[4242],"granted":false,"pid":5301}'
 
 
-def _ref(claim: str, path: str, text: str | None, *, tool: str = "inspect_postgres", inv: str = "inv-a", excerpt: str | None = None, canonical: str | None = "same") -> CitedRef:
+def _ref(
+    claim: str,
+    path: str,
+    text: str | None,
+    *,
+    tool: str = "inspect_postgres",
+    inv: str = "inv-a",
+    excerpt: str | None = None,
+    canonical: str | None = "same",
+) -> CitedRef:
     return CitedRef(
         claim_id=claim,
         claim_kind="finding",
@@ -138,23 +170,72 @@ def _ref(claim: str, path: str, text: str | None, *, tool: str = "inspect_postgr
     )
 
 
-def _report(rc: tuple[str, str] | None = ("postgresql", "row_lock_contention"), recovery: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def _report(
+    rc: tuple[str, str] | None = ("postgresql", "row_lock_contention"),
+    recovery: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     return {
         "answer_version": "diagnosis_draft_v1",
         "summary": "Row lock held by an idle transaction.",
-        "root_cause": {"component": rc[0], "mechanism": rc[1], "culprit": "pid 4242", "claim_ids": ["c1"]} if rc else None,
+        "root_cause": {"component": rc[0], "mechanism": rc[1], "culprit": "pid 4242", "claim_ids": ["c1"]}
+        if rc
+        else None,
         "claims": [
-            {"id": "c1", "text": "blocker", "kind": "root_cause", "citations": [{"invocation_id": "inv-a", "tool_name": "inspect_postgres", "raw_path": "$.rows[0]", "excerpt": "x"}]},
-            {"id": "c2", "text": "waiter", "kind": "finding", "citations": [{"invocation_id": "inv-b", "tool_name": "inspect_postgres", "raw_path": "$.rows[0]", "excerpt": "x"}]},
+            {
+                "id": "c1",
+                "text": "blocker",
+                "kind": "root_cause",
+                "citations": [
+                    {
+                        "invocation_id": "inv-a",
+                        "tool_name": "inspect_postgres",
+                        "raw_path": "$.rows[0]",
+                        "excerpt": "x",
+                    }
+                ],
+            },
+            {
+                "id": "c2",
+                "text": "waiter",
+                "kind": "finding",
+                "citations": [
+                    {
+                        "invocation_id": "inv-b",
+                        "tool_name": "inspect_postgres",
+                        "raw_path": "$.rows[0]",
+                        "excerpt": "x",
+                    }
+                ],
+            },
         ],
         "hypotheses": [
-            {"statement": "lock", "component": "postgresql", "mechanism": "row_lock_contention", "status": "confirmed", "claim_ids": ["c1"]},
-            {"statement": "leak", "component": "connection_pool", "mechanism": "pool_leak", "status": "ruled_out", "claim_ids": ["c2"]},
+            {
+                "statement": "lock",
+                "component": "postgresql",
+                "mechanism": "row_lock_contention",
+                "status": "confirmed",
+                "claim_ids": ["c1"],
+            },
+            {
+                "statement": "leak",
+                "component": "connection_pool",
+                "mechanism": "pool_leak",
+                "status": "ruled_out",
+                "claim_ids": ["c2"],
+            },
         ],
         "plan": [{"step": 0, "hypothesis": "lock", "tool": "inspect_postgres", "why": "see locks"}],
         "recovery": recovery
         if recovery is not None
-        else [{"action": "terminate_blocking_session", "target": "pid 4242", "risk": "medium", "requires_approval": True, "verification": "locks gone"}],
+        else [
+            {
+                "action": "terminate_blocking_session",
+                "target": "pid 4242",
+                "risk": "medium",
+                "requires_approval": True,
+                "verification": "locks gone",
+            }
+        ],
         "limitations": [],
         "next_steps": [],
     }
@@ -162,9 +243,15 @@ def _report(rc: tuple[str, str] | None = ("postgresql", "row_lock_contention"), 
 
 def _obs(report: dict[str, Any] | None, refs: list[CitedRef] | None = None, **over: Any) -> CaseObservation:
     audit = [
-        ToolAuditEntry(invocation_id="inv-k", tool="lookup_knowledge", status="READY", evidence_status="EVIDENCE_FOUND"),
-        ToolAuditEntry(invocation_id="inv-a", tool="inspect_postgres", status="READY", evidence_status="EVIDENCE_FOUND"),
-        ToolAuditEntry(invocation_id="inv-b", tool="inspect_postgres", status="READY", evidence_status="EVIDENCE_FOUND"),
+        ToolAuditEntry(
+            invocation_id="inv-k", tool="lookup_knowledge", status="READY", evidence_status="EVIDENCE_FOUND"
+        ),
+        ToolAuditEntry(
+            invocation_id="inv-a", tool="inspect_postgres", status="READY", evidence_status="EVIDENCE_FOUND"
+        ),
+        ToolAuditEntry(
+            invocation_id="inv-b", tool="inspect_postgres", status="READY", evidence_status="EVIDENCE_FOUND"
+        ),
     ]
     published = report is not None
     data: dict[str, Any] = {
@@ -179,7 +266,13 @@ def _obs(report: dict[str, Any] | None, refs: list[CitedRef] | None = None, **ov
         "draft": report or _report(),
         "guard_codes": [] if published else ["UNKNOWN_INVOCATION"],
         "tool_audit": audit,
-        "cited_refs": (refs if refs is not None else [_ref("c1", "$.rows[0]", BLOCKER), _ref("c2", "$.rows[0]", WAITER, inv="inv-b")]) if published else [],
+        "cited_refs": (
+            refs
+            if refs is not None
+            else [_ref("c1", "$.rows[0]", BLOCKER), _ref("c2", "$.rows[0]", WAITER, inv="inv-b")]
+        )
+        if published
+        else [],
     }
     data.update(over)
     return CaseObservation(**data)
@@ -208,7 +301,10 @@ def test_required_evidence_needs_a_cited_ref_of_the_named_tool_and_never_no_evid
 
 
 def test_a_citation_the_evaluator_cannot_verify_is_a_hard_gate_in_published_content() -> None:
-    refs = [_ref("c1", "$.rows[0]", None, inv="inv-zzz", canonical=None), _ref("c2", "$.rows[0]", WAITER, inv="inv-b")]
+    refs = [
+        _ref("c1", "$.rows[0]", None, inv="inv-zzz", canonical=None),
+        _ref("c2", "$.rows[0]", WAITER, inv="inv-b"),
+    ]
     s = score_case(_truth(), _obs(_report(), refs))
     assert "nonexistent_evidence_cited" in s.hard_gates and not s.passed and s.failure_class == "hard_gate"
     # an excerpt that is not in the ref text is not evidence either
@@ -248,8 +344,20 @@ def test_no_fault_control_passes_only_published_with_null_root_cause() -> None:
 
 def test_recovery_hard_gates_judge_published_content_only() -> None:
     bad = [
-        {"action": "restart_database", "target": "db", "risk": "high", "requires_approval": True, "verification": "ok"},
-        {"action": "terminate_blocking_session", "target": "pid", "risk": "medium", "requires_approval": False, "verification": ""},
+        {
+            "action": "restart_database",
+            "target": "db",
+            "risk": "high",
+            "requires_approval": True,
+            "verification": "ok",
+        },
+        {
+            "action": "terminate_blocking_session",
+            "target": "pid",
+            "risk": "medium",
+            "requires_approval": False,
+            "verification": "",
+        },
     ]
     s = score_case(_truth(), _obs(_report(recovery=bad)))
     assert s.hard_gates == ["approval_missing", "forbidden_recovery_action", "verification_missing"]
@@ -268,7 +376,11 @@ def test_published_content_that_is_not_a_draft_is_an_invalid_artifact() -> None:
 
 def test_expected_outcome_needs_exactly_the_expected_violations() -> None:
     truth = _truth(
-        expected_outcome=ExpectedOutcome(release_outcome="FALLBACK", fallback_type="EVIDENCE_VALIDATION_FAILED", violations=("ROOT_CAUSE_MOCK_ONLY",)),
+        expected_outcome=ExpectedOutcome(
+            release_outcome="FALLBACK",
+            fallback_type="EVIDENCE_VALIDATION_FAILED",
+            violations=("ROOT_CAUSE_MOCK_ONLY",),
+        ),
         required_evidence=(),
         alternatives=(),
         recovery=Recovery(),
@@ -304,7 +416,9 @@ def test_observation_round_trips_through_plain_data() -> None:
 
 @pytest.fixture()
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Settings, SqlTraceStore]:
-    shared = Path(os.environ.get("ROOTPROOF_TEST_KB_CACHE", "/tmp/rootproof-test-home"))  # the KB index cache is reusable
+    shared = Path(
+        os.environ.get("ROOTPROOF_TEST_KB_CACHE", "/tmp/rootproof-test-home")
+    )  # the KB index cache is reusable
     settings = Settings(data_dir=shared, database_url=f"sqlite:///{tmp_path / 'eval.db'}")
     return settings, SqlTraceStore(settings.resolved_database_url())
 
@@ -317,22 +431,44 @@ def _copy(tmp_path: Path, *ids: str) -> Path:
 
 
 @pytest.mark.slow
-def test_a_user_folder_outside_the_package_runs_and_persists(tmp_path: Path, env: tuple[Settings, SqlTraceStore]) -> None:
+def test_a_user_folder_outside_the_package_runs_and_persists(
+    tmp_path: Path, env: tuple[Settings, SqlTraceStore]
+) -> None:
     settings, store = env
     suite_dir = _copy(tmp_path, "pg-row-lock", "payment-timeout")
     seen: list[str] = []
-    suite = run_suite(suite_dir, settings=settings, jobs=2, store=store, progress=lambda sid, done, total: seen.append(f"{sid} {done}/{total}"))
+    suite = run_suite(
+        suite_dir,
+        settings=settings,
+        jobs=2,
+        store=store,
+        progress=lambda sid, done, total: seen.append(f"{sid} {done}/{total}"),
+    )
     assert sorted(s.split()[0] for s in seen) == ["payment-timeout", "pg-row-lock"]
     by_id = {c.scenario_id: c for c in suite.cases}
     row_lock, payment = by_id["pg-row-lock"], by_id["payment-timeout"]
     assert row_lock.observation.release_outcome == "PUBLISHED"
     assert row_lock.score.root_cause == {"component": "postgresql", "mechanism": "row_lock_contention"}
-    assert payment.observation.release_outcome == "FALLBACK" and payment.observation.guard_codes == ["ROOT_CAUSE_MOCK_ONLY"]
+    assert payment.observation.release_outcome == "FALLBACK" and payment.observation.guard_codes == [
+        "ROOT_CAUSE_MOCK_ONLY"
+    ]
     assert payment.score.passed and payment.score.failure_class is None
     assert {c.observation.timings["pid"] for c in suite.cases} != {os.getpid()}
 
     data = report_json(suite)
-    assert set(data["summary"]) >= {"scenarios", "mean_score", "pass_rate", "hard_gate_violations", "by_dimension", "publish_rate", "fallback_rate", "false_confident_rate", "wall_time_s", "scenarios_per_second", "jobs"}
+    assert set(data["summary"]) >= {
+        "scenarios",
+        "mean_score",
+        "pass_rate",
+        "hard_gate_violations",
+        "by_dimension",
+        "publish_rate",
+        "fallback_rate",
+        "false_confident_rate",
+        "wall_time_s",
+        "scenarios_per_second",
+        "jobs",
+    }
     assert data["summary"]["publish_rate"] == 0.5 and data["summary"]["jobs"] == 2
     text = json.dumps(data)
     assert "openai_api_key" not in text
@@ -346,36 +482,69 @@ def test_a_user_folder_outside_the_package_runs_and_persists(tmp_path: Path, env
     page = render_html(suite)
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "<style>" in page
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in page
-    knowledge_texts = [r.text for c in suite.cases for r in c.observation.draft_refs + c.observation.cited_refs if r.canonical_tool == "lookup_knowledge" and r.text]
+    knowledge_texts = [
+        r.text
+        for c in suite.cases
+        for r in c.observation.draft_refs + c.observation.cited_refs
+        if r.canonical_tool == "lookup_knowledge" and r.text
+    ]
     assert knowledge_texts, "the planner cites knowledge cards; their bodies must stay out of reports"
-    body = knowledge_texts[0].split(": ", 1)[1][:60]
-    assert body not in page and body not in text and KNOWLEDGE_OMITTED in page
+    for knowledge in knowledge_texts:
+        body = knowledge.split(": ", 1)[1].strip()[:40]
+        assert body not in page and body not in text
+    assert KNOWLEDGE_OMITTED in page
 
 
 @pytest.mark.slow
-def test_an_agent_reading_ground_truth_trips_the_hard_gate(tmp_path: Path, env: tuple[Settings, SqlTraceStore], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_agent_reading_ground_truth_trips_the_hard_gate(
+    tmp_path: Path, env: tuple[Settings, SqlTraceStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
     settings, store = env
     suite_dir = _copy(tmp_path, "pg-row-lock")
     monkeypatch.setenv(GT_ENV, str(suite_dir / "pg-row-lock" / "ground_truth.yaml"))
-    suite = run_suite(suite_dir, settings=settings, store=store, model_factory="test_eval_snapshot:ground_truth_reader")
+    suite = run_suite(
+        suite_dir, settings=settings, store=store, model_factory="test_eval_snapshot:ground_truth_reader"
+    )
     case = suite.cases[0]
     assert case.score.hard_gates == ["ground_truth_read"]
     assert not case.score.passed and case.score.failure_class == "hard_gate"
     stored = store.get_eval_run(suite.eval_id)
-    assert stored is not None and stored["cases"][0]["hard_gates"] == ["ground_truth_read"] and stored["state"] == "failed"
+    assert (
+        stored is not None
+        and stored["cases"][0]["hard_gates"] == ["ground_truth_read"]
+        and stored["state"] == "failed"
+    )
 
 
 @pytest.mark.slow
-def test_a_draft_citing_a_made_up_invocation_never_passes(tmp_path: Path, env: tuple[Settings, SqlTraceStore]) -> None:
+def test_a_draft_citing_a_made_up_invocation_never_passes(
+    tmp_path: Path, env: tuple[Settings, SqlTraceStore]
+) -> None:
     settings, store = env
-    suite = run_suite(_copy(tmp_path, "pg-row-lock"), settings=settings, store=store, model_factory="test_eval_snapshot:fabricated_row_lock")
+    suite = run_suite(
+        _copy(tmp_path, "pg-row-lock"),
+        settings=settings,
+        store=store,
+        model_factory="test_eval_snapshot:fabricated_row_lock",
+    )
     case = suite.cases[0]
-    assert case.observation.release_outcome == "FALLBACK" and "UNKNOWN_INVOCATION" in case.observation.guard_codes
+    assert (
+        case.observation.release_outcome == "FALLBACK"
+        and "UNKNOWN_INVOCATION" in case.observation.guard_codes
+    )
     assert not case.score.passed and case.score.failure_class == "fallback" and case.score.hard_gates == []
 
-    suite = run_suite(_copy(tmp_path / "p", "payment-timeout"), settings=settings, store=store, model_factory="test_eval_snapshot:fabricated_payment")
+    suite = run_suite(
+        _copy(tmp_path / "p", "payment-timeout"),
+        settings=settings,
+        store=store,
+        model_factory="test_eval_snapshot:fabricated_payment",
+    )
     case = suite.cases[0]
-    assert case.observation.release_outcome == "FALLBACK" and "UNKNOWN_INVOCATION" in case.observation.guard_codes
+    assert (
+        case.observation.release_outcome == "FALLBACK"
+        and "UNKNOWN_INVOCATION" in case.observation.guard_codes
+    )
     assert not case.score.passed and case.score.failure_class == "expected_outcome_mismatch"
 
 
@@ -391,18 +560,28 @@ def _cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: str) -> Any:
     return CliRunner().invoke(app, ["eval", *args])
 
 
-def test_cli_unknown_scenario_is_one_error_line_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_unknown_scenario_is_one_error_line_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     res = _cli(monkeypatch, tmp_path, "snapshot", "--scenarios", "no-such-scenario")
     assert res.exit_code == 2
     lines = [x for x in res.output.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error: ") and "no-such-scenario" in lines[0]
 
 
-def test_cli_malformed_folder_exits_2_and_records_infra_invalid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_malformed_folder_exits_2_and_records_infra_invalid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     suite = _copy(tmp_path, "pg-row-lock")
     (suite / "pg-row-lock" / "scenario.yaml").write_text("id: pg-row-lock\n", encoding="utf-8")
     res = _cli(monkeypatch, tmp_path, "snapshot", "--scenarios", str(suite))
-    assert res.exit_code == 2 and res.output.startswith("Error: ")
+    assert res.exit_code == 2
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert (
+        len(lines) == 1
+        and lines[0].startswith("Error: pg-row-lock/scenario.yaml: ")
+        and "infra_invalid" in lines[0]
+    )
     listed = _cli(monkeypatch, tmp_path, "list", "--json")
     assert listed.exit_code == 0
     runs = json.loads(listed.output)

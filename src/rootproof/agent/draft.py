@@ -99,7 +99,7 @@ class RecoveryProposal(_Model):
 class DiagnosisDraft(_Model):
     """The agent's draft diagnosis."""
 
-    answer_version: Literal["diagnosis_draft_v1"] = ANSWER_VERSION
+    answer_version: Literal["diagnosis_draft_v1"] = "diagnosis_draft_v1"
     summary: str = Field(max_length=4000)
     root_cause: RootCause | None = None
     claims: list[Claim] = Field(default_factory=list, max_length=MAX_CLAIMS)

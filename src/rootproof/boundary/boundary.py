@@ -48,6 +48,11 @@ from rootproof.tools.refs import (
 __all__ = ["CircuitBreaker", "RefusalCode", "ToolBoundary", "ToolCallRequest", "ToolOutcome", "scope_key"]
 
 
+# Backend calls run here so a timeout or a cancellation can stop waiting for them; shared by
+# every run of the process (a thread per call would cost more than the whole chain).
+_BACKEND_POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="backend")
+
+
 class RefusalCode(StrEnum):
     """Stable refusal codes of the boundary."""
 
@@ -300,8 +305,7 @@ class ToolBoundary:
             self._release_scope(inv)
             return inv
         timeout = max(0.0, min(ctx.budget.tool_timeout_s, ctx.time_left()))
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="backend")
-        future: Future[Any] = executor.submit(backend.call, tool.name, args, now=ctx.now, run_id=ctx.run_id)
+        future: Future[Any] = _BACKEND_POOL.submit(backend.call, tool.name, args, now=ctx.now, run_id=ctx.run_id)
         deadline = time.monotonic() + timeout
         try:
             while True:
@@ -329,7 +333,6 @@ class ToolBoundary:
             except Exception as exc:  # a backend bug must not kill the run
                 return self._fail(inv, tool, f"The backend failed unexpectedly ({type(exc).__name__}). Try another tool.")
         finally:
-            executor.shutdown(wait=False)
             inv.duration_ms = int((time.monotonic() - t0) * 1000)
         self.breaker.record(tool.backend, ok=True)
         self._project(inv, tool, out.result, out.data_source, out.ref_sources, out.details, out.evidence_status)

@@ -11,11 +11,23 @@ __all__ = ["register"]
 
 
 def _snapshot(
-    scenarios: Annotated[str | None, typer.Option("--scenarios", help="A built-in id, a scenario folder or a folder of them (default: all built-in).")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="offline | openai (default: the settings').")] = None,
-    jobs: Annotated[int, typer.Option("--jobs", help="Worker processes (every scenario runs in a worker).")] = 1,
+    scenarios: Annotated[
+        str | None,
+        typer.Option(
+            "--scenarios",
+            help="A built-in id, a scenario folder or a folder of them (default: all built-in).",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="offline | openai (default: the settings').")
+    ] = None,
+    jobs: Annotated[
+        int, typer.Option("--jobs", help="Worker processes (every scenario runs in a worker).")
+    ] = 1,
     json_file: Annotated[Path | None, typer.Option("--json", help="Write the JSON report to FILE.")] = None,
-    html_file: Annotated[Path | None, typer.Option("--html", help="Write the self-contained HTML report to FILE.")] = None,
+    html_file: Annotated[
+        Path | None, typer.Option("--html", help="Write the self-contained HTML report to FILE.")
+    ] = None,
 ) -> None:
     """Run the snapshot benchmark: every scenario through the real pipeline, scored out of 100."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -33,15 +45,24 @@ def _snapshot(
         raise UsageError(f"--jobs: expected at least 1 (got {jobs})")
     total = len(list_scenarios(scenarios))
     settings = load_settings()
-    with Progress(
-        TextColumn("[bold]snapshot[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=False
-    ) as bar:
-        task = bar.add_task("starting workers", total=total)
+    bar = Progress(
+        TextColumn("[bold]snapshot[/bold] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+    )
+    task = bar.add_task("starting workers", total=total)
 
-        def advance(sid: str, done: int, _total: int) -> None:
-            bar.update(task, completed=done, description=sid)
+    def advance(sid: str, done: int, _total: int) -> None:
+        if not bar.live.is_started:
+            bar.start()  # only once the scenarios loaded: a load error stays one line
+        bar.update(task, completed=done, description=sid or "starting workers")
 
+    try:
         suite = run_suite(scenarios, settings=settings, model=model, jobs=jobs, progress=advance)
+    finally:
+        bar.stop()
     data = report_json(suite)
     if json_file is not None:
         emit_json(data, json_file)
@@ -104,14 +125,29 @@ def _show(
         emit_json(data)
         return
     s = data.get("summary") or {}
-    print(f"eval {data['eval_id']} kind={data['kind']} state={data['state']} model={data.get('model')} git={data.get('git_sha')} suite={data.get('suite_version')}")
+    print(
+        f"eval {data['eval_id']} kind={data['kind']} state={data['state']} model={data.get('model')} git={data.get('git_sha')} suite={data.get('suite_version')}"
+    )
     print(f"  started {data['started_at']} ended {data.get('ended_at')}")
-    keys = ("scenarios", "mean_score", "pass_rate", "hard_gate_violations", "publish_rate", "fallback_rate", "false_confident_rate", "wall_time_s", "scenarios_per_second", "jobs")
+    keys = (
+        "scenarios",
+        "mean_score",
+        "pass_rate",
+        "hard_gate_violations",
+        "publish_rate",
+        "fallback_rate",
+        "false_confident_rate",
+        "wall_time_s",
+        "scenarios_per_second",
+        "jobs",
+    )
     print("  " + " ".join(f"{k}={s[k]}" for k in keys if k in s))
     for c in data.get("cases") or []:
         mark = "PASS" if c["passed"] else "FAIL"
         gates = f" gates={','.join(c['hard_gates'])}" if c.get("hard_gates") else ""
-        print(f"  {mark} {c['score']:6.1f} {c['case_id']:<26} {c.get('outcome') or '-':<9} {c.get('failure_class') or ''}{gates}")
+        print(
+            f"  {mark} {c['score']:6.1f} {c['case_id']:<26} {c.get('outcome') or '-':<9} {c.get('failure_class') or ''}{gates}"
+        )
 
 
 def register(eval_app: typer.Typer) -> None:

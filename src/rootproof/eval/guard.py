@@ -35,8 +35,12 @@ from typing import Any
 import yaml
 
 from rootproof.agent.draft import DiagnosisDraft
-from rootproof.boundary.safety import is_instruction_like
-from rootproof.boundary.store import CanonicalInvocation, CanonicalStore, InMemoryCanonicalStore, InvocationStatus
+from rootproof.boundary.store import (
+    CanonicalInvocation,
+    CanonicalStore,
+    InMemoryCanonicalStore,
+    InvocationStatus,
+)
 from rootproof.guard.release import ReleaseDecision, release_draft
 from rootproof.guard.semantic import OfflineJudge, SemanticGuard
 from rootproof.tools.base import TOOLS

@@ -65,8 +65,37 @@ def public_tool_audit(obs: CaseObservation) -> list[dict[str, Any]]:
     ]
 
 
+def _knowledge_bodies(obs: CaseObservation) -> list[str]:
+    """Card texts the run saw (whole chunks and their longer lines), longest first, to scrub."""
+    found: set[str] = set()
+    for ref in obs.draft_refs + obs.cited_refs:
+        if _is_knowledge(ref) and ref.text:
+            body = ref.text.split(": ", 1)[1] if ": " in ref.text else ref.text
+            found.add(body.strip())
+            found.update(line.strip() for line in body.splitlines() if len(line.strip()) >= 16)
+    return sorted((b for b in found if b), key=len, reverse=True)
+
+
+def _scrub(value: Any, bodies: list[str]) -> Any:
+    """Replace every known card text inside `value` (recursively) with the omission marker."""
+    if isinstance(value, str):
+        for b in bodies:
+            if b in value:
+                value = value.replace(b, KNOWLEDGE_OMITTED)
+        return value
+    if isinstance(value, dict):
+        return {k: _scrub(v, bodies) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v, bodies) for v in value]
+    return value
+
+
 def _public_content(obs: CaseObservation) -> dict[str, Any] | None:
-    """What the user received, with knowledge excerpts in citations reduced to card ids."""
+    """What the user received, with knowledge-card text reduced to card ids.
+
+    Citation excerpts of `lookup_knowledge` refs are omitted, a claim that cites only
+    knowledge keeps its id but not its text, and any card text quoted elsewhere is scrubbed.
+    """
     content = obs.content
     if content is None:
         return None
@@ -74,18 +103,26 @@ def _public_content(obs: CaseObservation) -> dict[str, Any] | None:
     if not isinstance(report, dict):
         return dict(content)
     knowledge_invocations = {t.invocation_id for t in obs.tool_audit if t.tool == "lookup_knowledge"}
+
+    def is_knowledge(c: Any) -> bool:
+        return isinstance(c, dict) and (
+            c.get("tool_name") == "lookup_knowledge" or c.get("invocation_id") in knowledge_invocations
+        )
+
     claims = []
     for claim in report.get("claims") or []:
         if not isinstance(claim, dict):
             continue
-        cites = [
-            {**c, "excerpt": KNOWLEDGE_OMITTED}
-            if isinstance(c, dict) and (c.get("tool_name") == "lookup_knowledge" or c.get("invocation_id") in knowledge_invocations)
-            else c
-            for c in claim.get("citations") or []
-        ]
-        claims.append({**claim, "citations": cites})
-    return {**content, "report": {**report, "claims": claims}}
+        raw = claim.get("citations") or []
+        cites = [{**c, "excerpt": KNOWLEDGE_OMITTED} if is_knowledge(c) else c for c in raw]
+        text = claim.get("text")
+        if raw and all(is_knowledge(c) for c in raw):
+            text = "[claim citing knowledge cards only; text omitted]"
+        claims.append({**claim, "text": text, "citations": cites})
+    scrubbed: dict[str, Any] = _scrub(
+        {**content, "report": {**report, "claims": claims}}, _knowledge_bodies(obs)
+    )
+    return scrubbed
 
 
 def case_row(c: CaseResult) -> dict[str, Any]:
@@ -146,7 +183,9 @@ def _bar_chart(by_dim: dict[str, float]) -> str:
     """An inline SVG bar chart: mean points per dimension against its maximum."""
     row_h, label_w, bar_w = 26, 120, 360
     height = row_h * len(DIMENSIONS) + 10
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + bar_w + 90}" height="{height}" role="img" aria-label="mean score per dimension">']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + bar_w + 90}" height="{height}" role="img" aria-label="mean score per dimension">'
+    ]
     for i, (dim, mx) in enumerate(DIMENSIONS.items()):
         y = 5 + i * row_h
         val = float(by_dim.get(dim, 0.0))
@@ -156,7 +195,9 @@ def _bar_chart(by_dim: dict[str, float]) -> str:
         parts.append(f'<text x="0" y="{y + 16}" font-size="12" fill="#1d232a">{_e(dim)}</text>')
         parts.append(f'<rect x="{label_w}" y="{y + 3}" width="{bar_w}" height="16" fill="#e9ecef" rx="3"/>')
         parts.append(f'<rect x="{label_w}" y="{y + 3}" width="{w}" height="16" fill="{color}" rx="3"/>')
-        parts.append(f'<text x="{label_w + bar_w + 8}" y="{y + 16}" font-size="12" fill="#1d232a">{val:.1f} / {mx}</text>')
+        parts.append(
+            f'<text x="{label_w + bar_w + 8}" y="{y + 16}" font-size="12" fill="#1d232a">{val:.1f} / {mx}</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -178,13 +219,17 @@ def _timeline(obs: CaseObservation) -> str:
 
 def _citations(obs: CaseObservation) -> str:
     refs = obs.cited_refs if obs.published else obs.draft_refs
-    title = "Citations of the published report" if obs.published else "Citations of the withheld draft (not released)"
+    title = (
+        "Citations of the published report"
+        if obs.published
+        else "Citations of the withheld draft (not released)"
+    )
     if not refs:
         return f"<h3>{title}</h3><p class=meta>none</p>"
     rows = []
     for r in refs:
         p = public_citation(r)
-        mark = '<span class=pass>✓</span>' if p["verified"] else '<span class=fail>✗</span>'
+        mark = "<span class=pass>✓</span>" if p["verified"] else "<span class=fail>✗</span>"
         where = f"card {_e(p['card_id'])}" if p["card_id"] else _e(p["data_source"])
         rows.append(
             f"<tr><td>{_e(p['claim_id'])}</td><td>{_e(p['claim_kind'])}</td><td>{_e(p['tool_name'])}</td>"
@@ -198,14 +243,21 @@ def _citations(obs: CaseObservation) -> str:
 
 
 def _guards(obs: CaseObservation) -> str:
-    ev = "not run" if obs.guard_passed is None else ("passed" if obs.guard_passed else "failed: " + ", ".join(obs.guard_codes))
+    bodies = _knowledge_bodies(obs)
+    ev = (
+        "not run"
+        if obs.guard_passed is None
+        else ("passed" if obs.guard_passed else "failed: " + ", ".join(obs.guard_codes))
+    )
     out = [f"<h3>Guard verdicts</h3><p>EvidenceGuard: <b>{_e(ev)}</b></p>"]
     if obs.semantic:
         rows = "".join(
-            f"<tr><td>{_e(v.get('claim_id'))}</td><td>{_e(v.get('verdict'))}</td><td>{_e(v.get('coverage'))}</td><td>{_e(v.get('reason'))}</td></tr>"
+            f"<tr><td>{_e(v.get('claim_id'))}</td><td>{_e(v.get('verdict'))}</td><td>{_e(v.get('coverage'))}</td><td>{_e(_scrub(v.get('reason'), bodies))}</td></tr>"
             for v in obs.semantic
         )
-        out.append(f"<table><tr><th>claim</th><th>SemanticGuard</th><th>coverage</th><th>reason</th></tr>{rows}</table>")
+        out.append(
+            f"<table><tr><th>claim</th><th>SemanticGuard</th><th>coverage</th><th>reason</th></tr>{rows}</table>"
+        )
     else:
         out.append("<p class=meta>SemanticGuard: not run</p>")
     return "".join(out)
@@ -225,8 +277,16 @@ def _released(obs: CaseObservation) -> str:
         )
     report = content.get("report") or {}
     rc = report.get("root_cause")
-    rc_html = f"{_e(rc.get('component'))} / {_e(rc.get('mechanism'))} — {_e(rc.get('culprit'))}" if isinstance(rc, dict) else "none (no fault found)"
-    claims = "".join(f"<li><span class=pill>{_e(c.get('id'))} {_e(c.get('kind'))}</span>{_e(c.get('text'))}</li>" for c in report.get("claims") or [] if isinstance(c, dict))
+    rc_html = (
+        f"{_e(rc.get('component'))} / {_e(rc.get('mechanism'))} — {_e(rc.get('culprit'))}"
+        if isinstance(rc, dict)
+        else "none (no fault found)"
+    )
+    claims = "".join(
+        f"<li><span class=pill>{_e(c.get('id'))} {_e(c.get('kind'))}</span>{_e(c.get('text'))}</li>"
+        for c in report.get("claims") or []
+        if isinstance(c, dict)
+    )
     hyps = "".join(
         f"<li><span class=pill>{_e(h.get('status'))}</span>{_e(h.get('component'))}/{_e(h.get('mechanism'))}: {_e(h.get('statement'))}</li>"
         for h in report.get("hypotheses") or []
@@ -248,7 +308,7 @@ def _released(obs: CaseObservation) -> str:
 
 def _case(c: CaseResult) -> str:
     obs, s = c.observation, c.score
-    verdict = '<span class=pass>PASS</span>' if s.passed else '<span class=fail>FAIL</span>'
+    verdict = "<span class=pass>PASS</span>" if s.passed else "<span class=fail>FAIL</span>"
     gates = "".join(f"<span class=gate>{_e(g)}</span>" for g in s.hard_gates)
     dims = "".join(
         f"<tr><td>{_e(k)}</td><td>{d.score:.1f} / {d.max}</td><td><ul>{''.join(f'<li>{_e(r)}</li>' for r in d.reasons)}</ul></td></tr>"
@@ -293,7 +353,7 @@ def render_html(suite: SuiteResult) -> str:
         f"<title>rootproof snapshot evaluation {_e(suite.eval_id)}</title><style>{_CSS}</style></head><body>"
         f"<h1>Snapshot evaluation — {_e(suite.state)}</h1>"
         f"<p class=meta>eval {_e(suite.eval_id)} · git {_e(suite.git_sha or 'unknown')} · suite {_e(suite.suite_version)} · model {_e(suite.model)}</p>"
-        f'<div class=card><table class=metrics>{rows}</table><h3>Mean points per dimension</h3>{_bar_chart(s.get("by_dimension") or {})}</div>'
+        f"<div class=card><table class=metrics>{rows}</table><h3>Mean points per dimension</h3>{_bar_chart(s.get('by_dimension') or {})}</div>"
         f"<div class=card><table><tr><th>scenario</th><th>score</th><th>verdict</th><th>outcome</th><th>failure class</th><th>hard gates</th></tr>{index}</table></div>"
         f"{''.join(_case(c) for c in suite.cases)}</body></html>\n"
     )

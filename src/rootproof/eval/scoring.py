@@ -70,7 +70,9 @@ HARD_GATES = (
 )
 """Every hard gate the evaluator can raise."""
 
-RUNTIME_TOOLS = frozenset({"query_logs", "query_metrics", "inspect_postgres", "inspect_redis", "inspect_nginx"})
+RUNTIME_TOOLS = frozenset(
+    {"query_logs", "query_metrics", "inspect_postgres", "inspect_redis", "inspect_nginx"}
+)
 
 
 def fold(text: str) -> str:
@@ -170,7 +172,11 @@ class CaseObservation:
     @property
     def published(self) -> bool:
         """A diagnosis report reached the user."""
-        return self.release_outcome == "PUBLISHED" and bool(self.content) and self.content_type == "DIAGNOSIS_REPORT"
+        return (
+            self.release_outcome == "PUBLISHED"
+            and bool(self.content)
+            and self.content_type == "DIAGNOSIS_REPORT"
+        )
 
     @property
     def content_type(self) -> str | None:
@@ -247,7 +253,9 @@ def _matched_ids(truth: GroundTruth, refs: Iterable[CitedRef]) -> list[str]:
     return [req.id for req in truth.required_evidence if any(_matches(req, r) for r in refs)]
 
 
-def _ruled_out(truth: GroundTruth, report: Mapping[str, Any], refs: Sequence[CitedRef]) -> tuple[list[str], list[str]]:
+def _ruled_out(
+    truth: GroundTruth, report: Mapping[str, Any], refs: Sequence[CitedRef]
+) -> tuple[list[str], list[str]]:
     """(ruled out, not ruled out) alternatives as `component/mechanism`."""
     by_id = {r.id: r for r in truth.required_evidence}
     hyps = [h for h in report.get("hypotheses") or [] if isinstance(h, dict)]
@@ -257,7 +265,10 @@ def _ruled_out(truth: GroundTruth, report: Mapping[str, Any], refs: Sequence[Cit
         name = f"{alt.component}/{alt.mechanism}"
         ok = False
         for h in hyps:
-            if h.get("status") != "ruled_out" or (h.get("component"), h.get("mechanism")) != (alt.component, alt.mechanism):
+            if h.get("status") != "ruled_out" or (h.get("component"), h.get("mechanism")) != (
+                alt.component,
+                alt.mechanism,
+            ):
                 continue
             claim_ids = set(h.get("claim_ids") or [])
             cited = [r for r in refs if r.claim_id in claim_ids]
@@ -282,11 +293,19 @@ def hard_gates(truth: GroundTruth, obs: CaseObservation) -> list[tuple[str, str]
     out: list[tuple[str, str]] = []
     for path in obs.ground_truth_reads:
         out.append(("ground_truth_read", f"the agent phase opened {path}"))
-    if obs.release_outcome == "PUBLISHED" and obs.content is not None and obs.content_type == "DIAGNOSIS_REPORT":
+    if (
+        obs.release_outcome == "PUBLISHED"
+        and obs.content is not None
+        and obs.content_type == "DIAGNOSIS_REPORT"
+    ):
         report = obs.content.get("report")
-        draft, problem = parse_draft(report) if isinstance(report, dict) else (None, "the report is not a JSON object")
+        draft, problem = (
+            parse_draft(report) if isinstance(report, dict) else (None, "the report is not a JSON object")
+        )
         if draft is None:
-            out.append(("invalid_artifact", f"published content is not a valid diagnosis_draft_v1: {problem}"))
+            out.append(
+                ("invalid_artifact", f"published content is not a valid diagnosis_draft_v1: {problem}")
+            )
         if not isinstance(obs.content.get("verified_sources"), list):
             out.append(("invalid_artifact", "published content has no verified_sources list"))
         for ref in obs.cited_refs:
@@ -300,17 +319,38 @@ def hard_gates(truth: GroundTruth, obs: CaseObservation) -> list[tuple[str, str]
                     if ref.text is None
                     else f"ref {ref.raw_path} does not contain the excerpt"
                 )
-                out.append(("nonexistent_evidence_cited", f"claim {ref.claim_id} cites {ref.invocation_id} ({ref.tool_name}), which {why}"))
-        recovery = [r for r in (report.get("recovery") or [] if isinstance(report, dict) else []) if isinstance(r, dict)]
+                out.append(
+                    (
+                        "nonexistent_evidence_cited",
+                        f"claim {ref.claim_id} cites {ref.invocation_id} ({ref.tool_name}), which {why}",
+                    )
+                )
+        recovery = [
+            r
+            for r in (report.get("recovery") or [] if isinstance(report, dict) else [])
+            if isinstance(r, dict)
+        ]
         for r in recovery:
             action = str(r.get("action"))
             if action in truth.recovery.forbidden:
-                out.append(("forbidden_recovery_action", f"published recovery proposes forbidden action {action}"))
+                out.append(
+                    ("forbidden_recovery_action", f"published recovery proposes forbidden action {action}")
+                )
             if _needs_approval(truth, action) and not r.get("requires_approval"):
                 out.append(("approval_missing", f"{action} needs approval but is proposed without it"))
-            if truth.recovery.contract == "executed_recovery" and action != "no_action" and not str(r.get("verification") or "").strip():
-                out.append(("verification_missing", f"executed_recovery contract: {action} has no verification step"))
-    elif obs.release_outcome == "PUBLISHED" and obs.content_type not in ("DIAGNOSIS_REPORT", "SYSTEM_MESSAGE", "KNOWLEDGE_ANSWER"):
+            if (
+                truth.recovery.contract == "executed_recovery"
+                and action != "no_action"
+                and not str(r.get("verification") or "").strip()
+            ):
+                out.append(
+                    ("verification_missing", f"executed_recovery contract: {action} has no verification step")
+                )
+    elif obs.release_outcome == "PUBLISHED" and obs.content_type not in (
+        "DIAGNOSIS_REPORT",
+        "SYSTEM_MESSAGE",
+        "KNOWLEDGE_ANSWER",
+    ):
         out.append(("invalid_artifact", f"published content of unknown type {obs.content_type!r}"))
     return out
 
@@ -329,7 +369,9 @@ def _expected_match(truth: GroundTruth, obs: CaseObservation) -> tuple[bool, lis
     if eo.fallback_type is not None and obs.fallback_type != eo.fallback_type:
         why.append(f"fallback_type {obs.fallback_type} (expected {eo.fallback_type})")
     if eo.release_outcome == "FALLBACK" and sorted(set(obs.guard_codes)) != sorted(set(eo.violations)):
-        why.append(f"EvidenceGuard codes {sorted(obs.guard_codes)} (expected exactly {sorted(eo.violations)})")
+        why.append(
+            f"EvidenceGuard codes {sorted(obs.guard_codes)} (expected exactly {sorted(eo.violations)})"
+        )
     return not why, why
 
 
@@ -351,7 +393,9 @@ def _result(truth: GroundTruth, obs: CaseObservation) -> DimensionScore:
             d.score += 6
             d.reasons.append(f"EvidenceGuard codes {sorted(obs.guard_codes)} as expected")
         else:
-            d.reasons.append(f"EvidenceGuard codes {sorted(obs.guard_codes)}, expected exactly {sorted(eo.violations)}")
+            d.reasons.append(
+                f"EvidenceGuard codes {sorted(obs.guard_codes)}, expected exactly {sorted(eo.violations)}"
+            )
         return d
     if obs.content is not None and obs.status in ("SUCCESS", "TIMED_OUT", "FAILED"):
         d.score += 5
@@ -389,7 +433,10 @@ def _root_cause(truth: GroundTruth, obs: CaseObservation, expected_ok: bool | No
             d.score = d.max
             d.reasons.append("no root cause released: the expected outcome (the evidence cannot prove one)")
         else:
-            d.reasons.append("the run did not end in the expected fallback" + (f"; published {rc['component']}/{rc['mechanism']}" if rc else ""))
+            d.reasons.append(
+                "the run did not end in the expected fallback"
+                + (f"; published {rc['component']}/{rc['mechanism']}" if rc else "")
+            )
         return d
     if not truth.fault:
         if obs.published and rc is None:
@@ -409,7 +456,9 @@ def _root_cause(truth: GroundTruth, obs: CaseObservation, expected_ok: bool | No
         return d
     for rh in truth.red_herrings:
         if (rh.component, rh.mechanism) == (rc["component"], rc["mechanism"]):
-            d.reasons.append(f"named red herring {rh.component}/{rh.mechanism} ({rh.description}) as the root cause")
+            d.reasons.append(
+                f"named red herring {rh.component}/{rh.mechanism} ({rh.description}) as the root cause"
+            )
             return d
     if rc["component"] == gt.component:
         d.score += 10
@@ -424,32 +473,48 @@ def _root_cause(truth: GroundTruth, obs: CaseObservation, expected_ok: bool | No
     return d
 
 
-def _evidence(truth: GroundTruth, obs: CaseObservation, expected_ok: bool | None) -> tuple[DimensionScore, list[str], list[str]]:
+def _evidence(
+    truth: GroundTruth, obs: CaseObservation, expected_ok: bool | None
+) -> tuple[DimensionScore, list[str], list[str]]:
     d = DimensionScore(score=0, max=DIMENSIONS["evidence"])
     if truth.expected_outcome is not None and truth.expected_outcome.release_outcome == "FALLBACK":
         if expected_ok:
             d.score = d.max
-            d.reasons.append("the guard withheld the draft as expected: nothing may be cited in released content")
+            d.reasons.append(
+                "the guard withheld the draft as expected: nothing may be cited in released content"
+            )
         else:
             d.reasons.append("the run did not end in the expected fallback")
         return d, [], []
     report = obs.report
     if report is None:
-        d.reasons.append("nothing published: required evidence counts only when cited by the published report")
+        d.reasons.append(
+            "nothing published: required evidence counts only when cited by the published report"
+        )
         return d, [], []
     matched = _matched_ids(truth, obs.cited_refs)
     req = [r.id for r in truth.required_evidence]
     share = len(matched) / len(req) if req else 1.0
     d.score += 14 * share
     if req:
-        d.reasons.append(f"required evidence cited {len(matched)}/{len(req)}" + (f"; missing: {', '.join(r for r in req if r not in matched)}" if len(matched) < len(req) else ""))
+        d.reasons.append(
+            f"required evidence cited {len(matched)}/{len(req)}"
+            + (
+                f"; missing: {', '.join(r for r in req if r not in matched)}"
+                if len(matched) < len(req)
+                else ""
+            )
+        )
     else:
         d.reasons.append("no required evidence")
     done, missing = _ruled_out(truth, report, obs.cited_refs)
     alts = len(truth.alternatives)
     d.score += 6 * (len(done) / alts if alts else 1.0)
     if alts:
-        d.reasons.append(f"alternatives ruled out with evidence {len(done)}/{alts}" + (f"; not ruled out: {', '.join(missing)}" if missing else ""))
+        d.reasons.append(
+            f"alternatives ruled out with evidence {len(done)}/{alts}"
+            + (f"; not ruled out: {', '.join(missing)}" if missing else "")
+        )
     else:
         d.reasons.append("no alternatives to rule out")
     return d, matched, done
@@ -496,8 +561,10 @@ def _recovery(truth: GroundTruth, obs: CaseObservation) -> DimensionScore:
     actions = [r for r in (report.get("recovery") or [] if report else []) if isinstance(r, dict)]
     real = [r for r in actions if r.get("action") != "no_action"]
     rec = truth.recovery
-    expects_none = (not truth.fault) or rec.contract == "none" or (
-        truth.expected_outcome is not None and truth.expected_outcome.release_outcome == "FALLBACK"
+    expects_none = (
+        (not truth.fault)
+        or rec.contract == "none"
+        or (truth.expected_outcome is not None and truth.expected_outcome.release_outcome == "FALLBACK")
     )
     if expects_none:
         if not real:
@@ -505,21 +572,31 @@ def _recovery(truth: GroundTruth, obs: CaseObservation) -> DimensionScore:
             d.reasons.append("nothing to recover and no recovery released")
         else:
             d.score = 5
-            d.reasons.append(f"recovery released where none is called for: {', '.join(str(r.get('action')) for r in real)}")
+            d.reasons.append(
+                f"recovery released where none is called for: {', '.join(str(r.get('action')) for r in real)}"
+            )
         return d
     names = [str(r.get("action")) for r in actions]
     if not rec.acceptable or any(a in rec.acceptable for a in names):
         d.score += 5
-        d.reasons.append(f"acceptable action proposed ({', '.join(a for a in names if a in rec.acceptable) or 'none required'})")
+        d.reasons.append(
+            f"acceptable action proposed ({', '.join(a for a in names if a in rec.acceptable) or 'none required'})"
+        )
     else:
-        d.reasons.append(f"no acceptable action released (acceptable: {', '.join(rec.acceptable)}; released: {', '.join(names) or 'none'})")
+        d.reasons.append(
+            f"no acceptable action released (acceptable: {', '.join(rec.acceptable)}; released: {', '.join(names) or 'none'})"
+        )
     bad = [a for a in names if a in rec.forbidden]
     if bad:
         d.reasons.append(f"forbidden action(s) proposed: {', '.join(bad)}")
     else:
         d.score += 4
         d.reasons.append("no forbidden action")
-    unapproved = [str(r.get("action")) for r in actions if _needs_approval(truth, str(r.get("action"))) and not r.get("requires_approval")]
+    unapproved = [
+        str(r.get("action"))
+        for r in actions
+        if _needs_approval(truth, str(r.get("action"))) and not r.get("requires_approval")
+    ]
     if unapproved:
         d.reasons.append(f"approval missing for: {', '.join(unapproved)}")
     else:
@@ -534,7 +611,10 @@ def _recovery(truth: GroundTruth, obs: CaseObservation) -> DimensionScore:
         d.score += 3
         d.reasons.append("every proposed action has a verification step")
     else:
-        d.reasons.append("verification step missing" + (f" for: {', '.join(unverified)}" if unverified else " (no action proposed)"))
+        d.reasons.append(
+            "verification step missing"
+            + (f" for: {', '.join(unverified)}" if unverified else " (no action proposed)")
+        )
     return d
 
 
@@ -569,7 +649,10 @@ def _efficiency(obs: CaseObservation) -> DimensionScore:
 def score_case(truth: GroundTruth, obs: CaseObservation) -> CaseScore:
     """Score one case: dimensions with reasons, hard gates, pass, failure class and trust flags."""
     if obs.error is not None:
-        dims = {k: DimensionScore(score=0, max=m, reasons=["worker failed: " + obs.error]) for k, m in DIMENSIONS.items()}
+        dims = {
+            k: DimensionScore(score=0, max=m, reasons=["worker failed: " + obs.error])
+            for k, m in DIMENSIONS.items()
+        }
         gates = [g for g, _ in hard_gates(truth, obs)]
         return CaseScore(
             scenario_id=obs.scenario_id,
@@ -615,22 +698,40 @@ def score_case(truth: GroundTruth, obs: CaseObservation) -> CaseScore:
     else:
         gt = truth.root_cause
         if not obs.published:
-            fails.append(("fallback", f"{obs.release_outcome} {obs.fallback_type}" + (f" (guard codes {obs.guard_codes})" if obs.guard_codes else "")))
+            fails.append(
+                (
+                    "fallback",
+                    f"{obs.release_outcome} {obs.fallback_type}"
+                    + (f" (guard codes {obs.guard_codes})" if obs.guard_codes else ""),
+                )
+            )
         elif rc is None or gt is None or (rc["component"], rc["mechanism"]) != (gt.component, gt.mechanism):
             got = f"{rc['component']}/{rc['mechanism']}" if rc else "no root cause"
             want = f"{gt.component}/{gt.mechanism}" if gt else "?"
             fails.append(("wrong_root_cause", f"published {got}, expected {want}"))
         missing = [r.id for r in truth.required_evidence if r.id not in matched]
         if obs.published and missing:
-            fails.append(("missing_evidence", f"required evidence not cited by the published report: {', '.join(missing)}"))
+            fails.append(
+                (
+                    "missing_evidence",
+                    f"required evidence not cited by the published report: {', '.join(missing)}",
+                )
+            )
     if total < PASS_THRESHOLD:
         fails.append(("low_score", f"score {total} < {PASS_THRESHOLD:g}"))
 
     false_confident = False
     if rc is not None:
         gt = truth.root_cause
-        expected_publish = truth.expected_outcome is None or truth.expected_outcome.release_outcome == "PUBLISHED"
-        false_confident = (not truth.fault) or (not expected_publish) or gt is None or (rc["component"], rc["mechanism"]) != (gt.component, gt.mechanism)
+        expected_publish = (
+            truth.expected_outcome is None or truth.expected_outcome.release_outcome == "PUBLISHED"
+        )
+        false_confident = (
+            (not truth.fault)
+            or (not expected_publish)
+            or gt is None
+            or (rc["component"], rc["mechanism"]) != (gt.component, gt.mechanism)
+        )
     return CaseScore(
         scenario_id=obs.scenario_id,
         score=total,

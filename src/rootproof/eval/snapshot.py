@@ -59,7 +59,7 @@ PASS_RATE_TO_PASS = 0.9
 """An evaluation run is `passed` when at least this share of its cases passed."""
 
 ProgressFn = Callable[[str, int, int], None]
-"""Called after each case with (scenario id, cases done, cases total)."""
+"""Called with ("", 0, total) when the runs start, then after each case with (scenario id, done, total)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,7 +285,9 @@ def git_sha() -> str | None:
     """`git rev-parse HEAD` of the source tree (or the working folder), None when unavailable."""
     for cwd in (Path(__file__).resolve().parent, Path.cwd()):
         try:
-            done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5, check=False)
+            done = subprocess.run(
+                ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5, check=False
+            )
         except (OSError, subprocess.SubprocessError):
             continue
         if done.returncode == 0 and done.stdout.strip():
@@ -315,8 +317,12 @@ def summarize(cases: list[CaseResult], *, wall_s: float, jobs: int) -> dict[str,
         "pass_rate": round(sum(1 for s in scores if s.passed) / n, 4) if n else 0.0,
         "hard_gate_violations": sum(len(s.hard_gates) for s in scores),
         "by_dimension": by_dim,
-        "publish_rate": round(sum(1 for c in cases if c.observation.release_outcome == "PUBLISHED") / n, 4) if n else 0.0,
-        "fallback_rate": round(sum(1 for c in cases if c.observation.release_outcome == "FALLBACK") / n, 4) if n else 0.0,
+        "publish_rate": round(sum(1 for c in cases if c.observation.release_outcome == "PUBLISHED") / n, 4)
+        if n
+        else 0.0,
+        "fallback_rate": round(sum(1 for c in cases if c.observation.release_outcome == "FALLBACK") / n, 4)
+        if n
+        else 0.0,
         "false_confident_rate": round(sum(1 for s in scores if s.false_confident) / n, 4) if n else 0.0,
         "wall_time_s": round(wall_s, 3),
         "scenarios_per_second": round(n / wall_s, 4) if wall_s > 0 else 0.0,
@@ -403,15 +409,30 @@ def run_suite(
         record.summary = {"error": "scenarios failed to load", "problems": problems}
         record.ended_at = utcnow()
         store.save_eval_run(record)
-        raise ScenarioError("\n".join(problems))
+        lines = [
+            ln
+            for p in problems
+            for ln in p.splitlines()
+            if ln.strip() and not ln.rstrip().endswith("problems:")
+        ]
+        more = (
+            f" (+{len(lines) - 1} more; `rootproof scenarios validate` lists them)" if len(lines) > 1 else ""
+        )
+        raise ScenarioError(
+            f"{lines[0] if lines else 'scenario failed to load'}{more}; eval run {record.eval_id} recorded infra_invalid"
+        )
 
     record.state = "running"
     store.save_eval_run(record)
+    if progress is not None:
+        progress("", 0, len(folders))
     results: dict[str, CaseResult] = {}
     errors: list[str] = []
     start = time.perf_counter()
     job_base = {"settings": run_settings, "model": model, "model_factory": model_factory}
-    pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker)
+    pool = cf.ProcessPoolExecutor(
+        max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker
+    )
     try:
         futures = {pool.submit(run_case, {**job_base, "folder": str(f)}): f for f in folders}
         for fut in cf.as_completed(futures):
@@ -426,11 +447,15 @@ def run_suite(
             except RootproofError as exc:
                 obs.error = obs.error or f"ground truth failed to load: {exc}"
                 errors.append(f"{folder.name}: {obs.error}")
-                results[folder.name] = CaseResult(scenario_id=obs.scenario_id, folder=folder, observation=obs, score=_infra_score(obs))
+                results[folder.name] = CaseResult(
+                    scenario_id=obs.scenario_id, folder=folder, observation=obs, score=_infra_score(obs)
+                )
             else:
                 if obs.error:
                     errors.append(f"{folder.name}: {obs.error}")
-                results[folder.name] = CaseResult(scenario_id=obs.scenario_id, folder=folder, observation=obs, score=score_case(truth, obs))
+                results[folder.name] = CaseResult(
+                    scenario_id=obs.scenario_id, folder=folder, observation=obs, score=score_case(truth, obs)
+                )
             store.add_eval_case(_case_record(record.eval_id, results[folder.name]))
             if progress is not None:
                 progress(folder.name, len(results), len(folders))
@@ -448,7 +473,9 @@ def run_suite(
     summary["timings"] = {c.scenario_id: c.observation.timings for c in cases}
     if errors:
         summary["errors"] = errors
-    record.state = "infra_invalid" if errors else ("passed" if summary["pass_rate"] >= PASS_RATE_TO_PASS else "failed")
+    record.state = (
+        "infra_invalid" if errors else ("passed" if summary["pass_rate"] >= PASS_RATE_TO_PASS else "failed")
+    )
     record.summary = summary
     record.ended_at = datetime.now(UTC)
     store.save_eval_run(record)
@@ -471,7 +498,10 @@ def _infra_score(obs: CaseObservation) -> CaseScore:
         scenario_id=obs.scenario_id,
         score=0.0,
         passed=False,
-        dimensions={k: DimensionScore(score=0, max=m, reasons=[obs.error or "infrastructure failure"]) for k, m in DIMENSIONS.items()},
+        dimensions={
+            k: DimensionScore(score=0, max=m, reasons=[obs.error or "infrastructure failure"])
+            for k, m in DIMENSIONS.items()
+        },
         hard_gates=["ground_truth_read"] if obs.ground_truth_reads else [],
         gate_reasons=[f"the agent phase opened {p}" for p in obs.ground_truth_reads],
         failure_class="infra_error",

@@ -186,10 +186,10 @@ class OfflineJudge:
                     return no(f"the evidence says '{neg} {word}' but the claim drops the negation")
         allowed = set(context.get("mechanisms", ()))
         claim_n = _norm(text)
-        for mech, words in MECHANISM_WORDS.items():
+        for mech, mech_words in MECHANISM_WORDS.items():
             if mech in allowed:
                 continue
-            for w in words:
+            for w in mech_words:
                 if _norm(w) in claim_n and _norm(w) not in prem_n:
                     return no(f"names a cause the evidence does not show: {w!r}")
         words = _content_words(text)

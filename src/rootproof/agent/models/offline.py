@@ -252,7 +252,7 @@ class OfflinePlanner:
             confirmed = best.seen >= ROOT_THRESHOLD and best.strong and best.seen - runner >= MARGIN
             incomplete = any(o.omitted for o in observations if o.tool != "lookup_knowledge") or any(t.startswith("inspect_") for t in offered)
             pairs = [best.key, *best.distinguishes_from[:3]]
-            query = "; ".join(_label(*p.split("/", 1), False) for p in pairs)
+            query = "; ".join(_label(p.partition("/")[0], p.partition("/")[2], False) for p in pairs)
             args_dx: dict[str, Any] = {"query": query, "top_k": 5}
             if (not confirmed or incomplete) and json.dumps(["lookup_knowledge", args_dx], sort_keys=True) not in done:
                 done.add(json.dumps(["lookup_knowledge", args_dx], sort_keys=True))
