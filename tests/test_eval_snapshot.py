@@ -52,6 +52,20 @@ def ground_truth_reader() -> Model:
     return GroundTruthReader()
 
 
+class Crasher:
+    """An agent whose process dies mid-step (a worker crash, not an agent failure)."""
+
+    name = "crasher"
+
+    def step(self, request: ModelRequest) -> ModelTurn:
+        os._exit(3)
+
+
+def crasher() -> Model:
+    """Factory for the worker."""
+    return Crasher()
+
+
 def _fabricated_draft(tool: str, component: str, mechanism: str) -> dict[str, Any]:
     return {
         "summary": "Diagnosis citing an invocation that never ran.",
@@ -546,6 +560,28 @@ def test_a_draft_citing_a_made_up_invocation_never_passes(
         and "UNKNOWN_INVOCATION" in case.observation.guard_codes
     )
     assert not case.score.passed and case.score.failure_class == "expected_outcome_mismatch"
+
+
+@pytest.mark.slow
+def test_a_crashed_worker_makes_the_eval_run_infra_invalid(
+    tmp_path: Path, env: tuple[Settings, SqlTraceStore]
+) -> None:
+    settings, store = env
+    suite = run_suite(
+        _copy(tmp_path, "pg-row-lock"),
+        settings=settings,
+        store=store,
+        model_factory="test_eval_snapshot:crasher",
+    )
+    assert suite.state == "infra_invalid" and suite.errors
+    case = suite.cases[0]
+    assert case.score.failure_class == "infra_error" and not case.score.passed
+    stored = store.get_eval_run(suite.eval_id)
+    assert (
+        stored is not None
+        and stored["state"] == "infra_invalid"
+        and stored["cases"][0]["failure_class"] == "infra_error"
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -110,6 +110,8 @@ _PARAPHRASES = [
     (re.compile(r"\bdue to\b", re.I), "because of"), (re.compile(r"\bafter\b", re.I), "following"),
     (re.compile(r"\bin (\d+) ms\b", re.I), r"(\1ms)"), (re.compile(r"\bERROR\b"), "error:"),
 ]
+DEFAULT_PER_KIND = 40
+"""Mutations of each kind in a full run (the issue asks for at least 20)."""
 _SERVICE_RE = re.compile(r"\b[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b")
 
 
@@ -774,7 +776,7 @@ def run_guard_benchmark(
         _release(case, store, semantic)
     published = [c for c in valid if c.decision is not None and c.decision.release_outcome == "PUBLISHED"]
     rejected = [c for c in valid if c not in published]
-    n_kind = per_kind if per_kind is not None else max(20, -(-(min_drafts - len(valid)) // len(MUTATIONS)))
+    n_kind = per_kind if per_kind is not None else max(DEFAULT_PER_KIND, -(-(min_drafts - len(valid)) // len(MUTATIONS)))
     if progress:
         progress(f"{len(valid)} valid drafts ({len(rejected)} refused); {n_kind} mutations of each of {len(MUTATIONS)} kinds")
     ctx = _Ctx(runs=runs, store=store, rng=rng)
@@ -782,17 +784,18 @@ def run_guard_benchmark(
     shortfall: dict[str, int] = {}
     for kind, expected in MUTATIONS.items():
         made = 0
-        bases = list(published)
-        attempts = 0
-        while made < n_kind and bases and attempts < n_kind * 20:
-            base = bases[attempts % len(bases)] if attempts >= len(bases) else rng.choice(bases)
-            attempts += 1
+        pool = list(published)
+        rng.shuffle(pool)
+        i = 0
+        # Cycle through the published drafts; a draft the kind does not apply to leaves the pool.
+        while made < n_kind and pool:
+            base = pool[i % len(pool)]
             out = MUTATORS[kind](base, ctx)
-            if out is None:
+            if out is None or out[0] == base.draft:
+                pool.remove(base)
                 continue
+            i += 1
             draft, claim_id, mstore = out
-            if draft == base.draft:
-                continue
             case = BenchCase(draft=draft, run=base.run, language=base.language, source=base.source, kind=kind, expected=expected, claim_id=claim_id, store=mstore)
             _release(case, store, semantic)
             mutated.append(case)
@@ -810,6 +813,8 @@ def _summary(runs: list[RecordedRun], valid: list[BenchCase], rejected: list[Ben
         cases = [c for c in mutated if c.kind == kind]
         missed = [c for c in cases if not c.caught]
         by_mutation[kind] = {"n": len(cases), "caught": len(cases) - len(missed), "expected": expected}
+        if expected == "UNSUPPORTED":
+            by_mutation[kind]["verdict_reasons"] = dict(sorted(Counter(_reason_of(c) for c in cases).items()))
         if missed:
             by_mutation[kind]["missed_examples"] = [_miss_example(c) for c in missed[:3]]
     by_lang: dict[str, float] = {}
@@ -853,6 +858,14 @@ def _summary(runs: list[RecordedRun], valid: list[BenchCase], rejected: list[Ben
     failed += [f"{k} caught {v['caught']}/{v['n']}" for k, v in by_mutation.items() if v["caught"] != v["n"] or v["n"] < 20]
     summary["targets"] = {"met": not failed, "failed": failed}
     return summary
+
+
+def _reason_of(c: BenchCase) -> str:
+    d = c.decision
+    if d is None or d.semantic is None:
+        return "evidence guard refused: " + ",".join(d.evidence.codes if d else [])
+    v = next((v for v in d.semantic.verdicts if v.claim_id == c.claim_id), None)
+    return v.reason.split(":")[0].split(" 0.")[0] if v else "no verdict"
 
 
 def _miss_example(c: BenchCase) -> dict[str, Any]:

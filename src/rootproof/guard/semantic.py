@@ -192,7 +192,10 @@ class OfflineJudge:
             for w in mech_words:
                 if _norm(w) in claim_n and _norm(w) not in prem_n:
                     return no(f"names a cause the evidence does not show: {w!r}")
-        words = _content_words(text)
+        quotes = _QUOTED.findall(text)
+        words = _content_words(_QUOTED.sub(" ", text) if quotes else text)
+        if quotes and len(words) < 3:
+            return ClaimVerdict(claim_id=cid, verdict="SUPPORTED", reason="quoted evidence verbatim; numbers and identifiers found in the evidence", coverage=None)
         prem_words = {_stem(w) for w in _content_words(prem)}
         allowed_words = {_stem(w) for m in allowed for w in m.split("_")} | {_stem(w) for w in context.get("vocabulary", ())}
         if len(words) >= 3:

@@ -351,12 +351,12 @@ class OfflinePlanner:
         if best is not None and confirmed:
             label = _label(best.component, best.mechanism, zh)
             rc_ids = []
-            for sig, hits in sorted(best.hits, key=lambda sh: -sh[0].weight)[:3]:
+            for sig, hits in sorted(best.hits, key=lambda sh: -sh[0].weight)[:5]:
                 anchors = signal_strings(sig)
                 h = hits[0]
                 ex = _excerpt(h.text, anchors)
                 text = f"根因证据（{label}）：“{ex}”" if zh else f"Root cause evidence ({label}): \"{ex}\""
-                rc_ids.append(add_claim(text, "root_cause", [cite(h, anchors)]))
+                rc_ids.append(add_claim(text, "root_cause", [cite(x, anchors) for x in hits[:4]]))
             card_ref = self._card_hit(best, observations)
             kc_ids = []
             if card_ref is not None:
@@ -376,7 +376,7 @@ class OfflinePlanner:
                 alt = _label(comp, mech, zh)
                 ex = _excerpt(top[0].text, [])
                 text = f"排除 {alt}：证据指向 {label}：“{ex}”" if zh else f"{alt} ruled out: the evidence points to {label}: \"{ex}\""
-                cid = add_claim(text, "finding", [cite(top[0], [])])
+                cid = add_claim(text, "finding", [cite(top[0], [])] + [cite(x, []) for x in best.top_hits(4)[1:]])
                 hypotheses.append({"statement": alt, "component": comp, "mechanism": mech, "status": "ruled_out", "claim_ids": [cid]})
             for c in ranked[1:]:
                 if c in alternatives:
