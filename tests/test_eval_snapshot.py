@@ -458,7 +458,7 @@ def test_a_user_folder_outside_the_package_runs_and_persists(
         store=store,
         progress=lambda sid, done, total: seen.append(f"{sid} {done}/{total}"),
     )
-    assert sorted(s.split()[0] for s in seen) == ["payment-timeout", "pg-row-lock"]
+    assert seen[0] == " 0/2" and sorted(s.split()[0] for s in seen if not s.startswith(" ")) == ["payment-timeout", "pg-row-lock"]
     by_id = {c.scenario_id: c for c in suite.cases}
     row_lock, payment = by_id["pg-row-lock"], by_id["payment-timeout"]
     assert row_lock.observation.release_outcome == "PUBLISHED"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -12,10 +12,14 @@ __all__ = ["register"]
 
 def register(eval_app: typer.Typer) -> None:
     """Add the evaluation commands to `eval_app`."""
+    _register_snapshot(eval_app)
 
     @eval_app.command("guard")
     def guard(
-        json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON summary to FILE (else stdout).", metavar="FILE")] = None,
+        json_path: Annotated[
+            Path | None,
+            typer.Option("--json", help="Write the JSON summary to FILE (else stdout).", metavar="FILE"),
+        ] = None,
         seed: Annotated[int, typer.Option(help="Seed for draft generation and mutations.")] = 0,
     ) -> None:
         """Mutate valid drafts from real runs and count what the guards catch (exit 1 if a target is missed)."""
@@ -24,3 +28,158 @@ def register(eval_app: typer.Typer) -> None:
         summary = guard_command(json_path, seed=seed)
         if not summary["targets"]["met"]:
             raise typer.Exit(1)
+
+
+# -- snapshot benchmark: `eval snapshot`, `eval list`, `eval show` ------------------------------
+
+
+def _snapshot(
+    scenarios: Annotated[
+        str | None,
+        typer.Option(
+            "--scenarios",
+            help="A built-in id, a scenario folder or a folder of them (default: all built-in).",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="offline | openai (default: the settings').")
+    ] = None,
+    jobs: Annotated[
+        int, typer.Option("--jobs", help="Worker processes (every scenario runs in a worker).")
+    ] = 1,
+    json_file: Annotated[
+        Path | None, typer.Option("--json", help="Write the JSON report to FILE.", metavar="FILE")
+    ] = None,
+    html_file: Annotated[
+        Path | None,
+        typer.Option("--html", help="Write the self-contained HTML report to FILE.", metavar="FILE"),
+    ] = None,
+) -> None:
+    """Run the snapshot benchmark: every scenario through the real pipeline, scored out of 100."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from rootproof.cli import emit_json, err
+    from rootproof.errors import UsageError
+    from rootproof.eval.report import render_html, report_json
+    from rootproof.eval.snapshot import run_suite
+    from rootproof.scenarios.loader import list_scenarios
+    from rootproof.settings import load_settings
+
+    if model is not None and model not in ("offline", "openai"):
+        raise UsageError(f"--model: expected offline or openai (got {model!r})")
+    if jobs < 1:
+        raise UsageError(f"--jobs: expected at least 1 (got {jobs})")
+    total = len(list_scenarios(scenarios))
+    settings = load_settings()
+    bar = Progress(
+        TextColumn("[bold]snapshot[/bold] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+    )
+    task = bar.add_task("starting workers", total=total)
+
+    def advance(sid: str, done: int, _total: int) -> None:
+        if not bar.live.is_started:
+            bar.start()  # only once the scenarios loaded: a load error stays one line
+        bar.update(task, completed=done, description=sid or "starting workers")
+
+    try:
+        suite = run_suite(scenarios, settings=settings, model=model, jobs=jobs, progress=advance)
+    finally:
+        bar.stop()
+    data = report_json(suite)
+    if json_file is not None:
+        emit_json(data, json_file)
+    if html_file is not None:
+        html_file.parent.mkdir(parents=True, exist_ok=True)
+        html_file.write_text(render_html(suite), encoding="utf-8")
+        err.print(f"wrote {html_file}")
+    s = data["summary"]
+    for row in data["scenarios"]:
+        mark = "PASS" if row["passed"] else "FAIL"
+        extra = f"  {row['failure_class']}: {'; '.join(row['failure_reasons'])}" if not row["passed"] else ""
+        print(f"{mark} {row['score']:6.1f}  {row['id']:<26} {row['outcome'] or '-':<9}{extra}")
+    print(
+        f"eval {data['eval_id']} {data['state']}: {s['scenarios']} scenarios, mean {s['mean_score']}, pass rate {s['pass_rate']}, "
+        f"publish {s['publish_rate']}, fallback {s['fallback_rate']}, false-confident {s['false_confident_rate']}, "
+        f"hard gates {s['hard_gate_violations']}, {s['wall_time_s']} s ({s['scenarios_per_second']} scenarios/s, jobs {s['jobs']})"
+    )
+
+
+def _store() -> Any:
+    from rootproof.settings import load_settings
+    from rootproof.store.sql import SqlTraceStore
+
+    s = load_settings()
+    s.data_dir.mkdir(parents=True, exist_ok=True)
+    return SqlTraceStore(s.resolved_database_url())
+
+
+def _list(
+    limit: Annotated[int, typer.Option("--limit", help="How many runs, newest first.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """List evaluation runs from the trace store, newest first."""
+    from rootproof.cli import emit_json
+
+    runs = _store().list_eval_runs(limit)
+    if as_json:
+        emit_json(runs)
+        return
+    for r in runs:
+        s = r.get("summary") or {}
+        print(
+            f"{r['eval_id']}  {r['kind']:<9} {r['state']:<13} {str(r['started_at'])[:19]}  model={r.get('model')}  "
+            f"scenarios={s.get('scenarios', '-')} mean={s.get('mean_score', '-')} pass_rate={s.get('pass_rate', '-')}"
+        )
+
+
+def _show(
+    eval_id: Annotated[str, typer.Argument(help="An evaluation run id.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """Show one evaluation run with its cases."""
+    from rootproof.cli import emit_json
+    from rootproof.errors import UsageError
+
+    data = _store().get_eval_run(eval_id)
+    if data is None:
+        raise UsageError(f"unknown evaluation run {eval_id!r} (see `rootproof eval list`)")
+    if as_json:
+        emit_json(data)
+        return
+    s = data.get("summary") or {}
+    print(
+        f"eval {data['eval_id']} kind={data['kind']} state={data['state']} model={data.get('model')} git={data.get('git_sha')} suite={data.get('suite_version')}"
+    )
+    print(f"  started {data['started_at']} ended {data.get('ended_at')}")
+    keys = (
+        "scenarios",
+        "mean_score",
+        "pass_rate",
+        "hard_gate_violations",
+        "publish_rate",
+        "fallback_rate",
+        "false_confident_rate",
+        "wall_time_s",
+        "scenarios_per_second",
+        "jobs",
+    )
+    print("  " + " ".join(f"{k}={s[k]}" for k in keys if k in s))
+    for c in data.get("cases") or []:
+        mark = "PASS" if c["passed"] else "FAIL"
+        gates = f" gates={','.join(c['hard_gates'])}" if c.get("hard_gates") else ""
+        print(
+            f"  {mark} {c['score']:6.1f} {c['case_id']:<26} {c.get('outcome') or '-':<9} {c.get('failure_class') or ''}{gates}"
+        )
+
+
+def _register_snapshot(eval_app: typer.Typer) -> None:
+    """Add `snapshot`, `list` and `show` (the snapshot benchmark and its stored runs)."""
+    from rootproof.cli import guarded
+
+    eval_app.command("snapshot")(guarded(_snapshot))
+    eval_app.command("list")(guarded(_list))
+    eval_app.command("show")(guarded(_show))

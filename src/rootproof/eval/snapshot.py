@@ -233,10 +233,10 @@ def run_case(job: dict[str, Any]) -> dict[str, Any]:
 
         h = _harness(job["settings"])
         spec = job.get("model_factory")
-        model: Model = _factory(spec)() if spec else h.model(job.get("model"))
         t1 = time.perf_counter()
-        _AgentPhase.active = True
+        _AgentPhase.active = True  # from the agent's construction to the released content
         try:
+            model: Model = _factory(spec)() if spec else h.model(job.get("model"))
             scenario = load_scenario(folder)
             out = h.diagnose(scenario.question, scenario=scenario, alert=_alert(scenario), model=model)
         finally:

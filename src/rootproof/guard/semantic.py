@@ -90,33 +90,66 @@ _STOP = frozenset(
     "shows show showed logs log entry entries line lines row rows evidence ref refs query cited cites says reports "
     "reported which while over after before during into than then there their they has have had also".split()
 )
-# Words that name a failure mechanism: a claim may only use those the evidence contains or the
-# draft itself investigates (its root cause and hypotheses).
-MECHANISM_WORDS: dict[str, tuple[str, ...]] = {
-    "row_lock_contention": ("lock contention", "row lock", "行锁", "锁等待"),
-    "deadlock": ("deadlock", "死锁"),
-    "connection_exhaustion": ("connection exhaustion", "too many connections", "连接耗尽"),
-    "pool_leak": ("pool leak", "connection leak", "连接泄漏", "连接池泄漏"),
-    "slow_query": ("slow query", "慢查询"),
-    "replication_lag": ("replication lag", "复制延迟"),
-    "max_clients_reached": ("max clients", "maxclients", "最大客户端"),
-    "memory_eviction": ("eviction", "evicted", "驱逐", "淘汰"),
-    "upstream_timeout": ("upstream timeout", "upstream timed out", "上游超时"),
-    "gc_pause": ("gc pause", "garbage collection", "垃圾回收", "GC 停顿"),
-    "oom_kill": ("oom", "out of memory", "内存溢出", "oom kill"),
-    "disk_full": ("disk full", "no space left", "磁盘满", "磁盘空间"),
-    "dns_resolution_failure": ("dns", "name resolution", "域名解析"),
-    "certificate_expired": ("certificate expired", "certificate has expired", "证书过期"),
-    "bad_config_rollout": ("config rollout", "bad config", "配置变更", "配置发布"),
-    "cpu_saturation": ("cpu saturation", "cpu 饱和", "cpu saturated"),
-    "thread_pool_exhaustion": ("thread pool", "线程池"),
-    "queue_backlog": ("backlog", "consumer lag", "积压"),
-    "network_partition": ("network partition", "网络分区", "packet loss", "丢包"),
+# Cues that name a failure mechanism, as sets of word stems (English) or substrings (Chinese).
+# A claim may name only mechanisms its evidence shows or the draft itself investigates (its
+# root cause and hypotheses); anything else is a cause the claim invented.
+MECHANISM_CUES: dict[str, tuple[frozenset[str], ...]] = {
+    m: tuple(frozenset(c.split()) for c in cues)
+    for m, cues in {
+        "row_lock_contention": ("lock contention", "row lock", "lock wait", "blocking session"),
+        "deadlock": ("deadlock",),
+        "connection_exhaustion": ("connection exhaustion", "too many connection", "connection slot", "pool exhaust"),
+        "pool_leak": ("pool leak", "connection leak", "leak connection"),
+        "slow_query": ("slow query", "query slow", "sequential scan", "missing index"),
+        "replication_lag": ("replication lag", "replica lag", "replay lag"),
+        "max_clients_reached": ("max client", "maxclient"),
+        "memory_eviction": ("evict", "eviction", "maxmemory"),
+        "upstream_timeout": ("upstream timeout", "upstream time", "gateway timeout"),
+        "gc_pause": ("gc pause", "garbage collect", "full gc", "stop world"),
+        "oom_kill": ("oom", "out memory", "memory kill", "oomkill"),
+        "disk_full": ("disk full", "disk be full", "no space", "out space", "enospc", "disk space"),
+        "dns_resolution_failure": ("dns", "name resolution", "resolve host", "nxdomain", "servfail"),
+        "certificate_expired": ("certificate expir", "expired certificate", "cert expir", "expired cert", "tls expir"),
+        "bad_config_rollout": ("config rollout", "bad config", "configuration change", "config change", "rollout"),
+        "cpu_saturation": ("cpu saturat", "cpu starv", "cpu throttl", "high cpu"),
+        "thread_pool_exhaustion": ("thread pool", "thread starv", "executor saturat"),
+        "queue_backlog": ("backlog", "consumer lag", "queue lag"),
+        "network_partition": ("network partition", "packet loss", "network split"),
+    }.items()
 }
+MECHANISM_CUES_ZH: dict[str, tuple[str, ...]] = {
+    "row_lock_contention": ("行锁", "锁等待", "锁争用"),
+    "deadlock": ("死锁",),
+    "connection_exhaustion": ("连接耗尽", "连接数耗尽", "连接数打满"),
+    "pool_leak": ("泄漏", "泄露"),
+    "slow_query": ("慢查询",),
+    "replication_lag": ("复制延迟", "主从延迟"),
+    "max_clients_reached": ("最大客户端",),
+    "memory_eviction": ("驱逐", "淘汰"),
+    "upstream_timeout": ("上游超时",),
+    "gc_pause": ("垃圾回收", "停顿"),
+    "oom_kill": ("内存溢出", "内存不足", "oom"),
+    "disk_full": ("磁盘满", "磁盘空间", "磁盘已满"),
+    "dns_resolution_failure": ("域名解析", "解析失败"),
+    "certificate_expired": ("证书过期", "证书已过期", "证书到期"),
+    "bad_config_rollout": ("配置变更", "配置发布", "配置错误", "回滚"),
+    "cpu_saturation": ("cpu 饱和", "cpu 打满"),
+    "thread_pool_exhaustion": ("线程池",),
+    "queue_backlog": ("积压",),
+    "network_partition": ("网络分区", "丢包"),
+}
+_FRAMING_STOP = frozenset(
+    "root cause evidence partial signal ruled out points knowledge card query found match finding confirmed suggests "
+    "indicates shows because due caused".split()
+)
 
 
 def _norm(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold()
+
+
+def _squash(text: str) -> str:
+    return " ".join(_norm(text).split())
 
 
 def _numbers(text: str) -> set[str]:
@@ -141,8 +174,45 @@ def _stem(word: str) -> str:
     return word
 
 
+def _stems(text: str) -> set[str]:
+    out = set()
+    for w in re.findall(r"[a-z0-9]+", _norm(text)):
+        out.add(w)
+        out.add(_stem(w))
+        for pre in ("expir", "saturat", "exhaust", "resol", "evict", "collect", "starv", "throttl"):
+            if w.startswith(pre):
+                out.add(pre)
+    return out
+
+
+def _framing(text: str, excerpts: list[str]) -> tuple[str, bool]:
+    """The claim text with every verbatim excerpt removed; whether any excerpt was quoted."""
+    out = _squash(text)
+    quoted = False
+    for ex in sorted({_squash(e) for e in excerpts if e.strip()}, key=len, reverse=True):
+        if ex and ex in out:
+            out = out.replace(ex, " ")
+            quoted = True
+    return out, quoted
+
+
+def _named_mechanisms(text: str) -> set[str]:
+    stems = _stems(text)
+    low = _norm(text)
+    named = {m for m, cues in MECHANISM_CUES.items() if any(c <= stems for c in cues)}
+    named |= {m for m, cues in MECHANISM_CUES_ZH.items() if any(c in low for c in cues)}
+    return named
+
+
 class OfflineJudge:
-    """Deterministic judge: numbers, identifiers, negations and coverage must hold in the premise."""
+    """Deterministic judge over the claim's framing (its text minus the verbatim excerpts).
+
+    Numbers and identifiers anywhere in the claim must occur in the verified evidence; the
+    framing may not add a negation (or, without a quote, negate what the evidence states),
+    may not name a mechanism the evidence does not show and the draft does not investigate,
+    and its content words must be covered by the evidence (or, across languages, be close to
+    it in the multilingual embedding).
+    """
 
     name = JUDGE_VERSION
 
@@ -161,53 +231,51 @@ class OfflineJudge:
 
         if not premise:
             return no("no verified evidence")
-        for q in _QUOTED.findall(text):
-            if " ".join(_norm(q).split()) not in " ".join(prem_n.split()):
+        framing, quoted = _framing(text, premise)
+        for q in _QUOTED.findall(framing):
+            if len(q.strip()) >= 4 and _squash(q) not in _squash(prem):
                 return no(f"quoted text not in the evidence: {q[:80]!r}")
         missing_num = _numbers(text) - _numbers(prem)
         if missing_num:
             return no(f"numbers not in the evidence: {sorted(missing_num)[:5]}")
+        allowed = set(context.get("mechanisms", ()))
+        exempt = {w.casefold() for w in context.get("vocabulary", ())} | {t.casefold() for t in context.get("tools", ())}
         prem_ids = _idents(prem)
-        exempt = {w.casefold() for m in context.get("mechanisms", ()) for w in MECHANISM_WORDS.get(m, ())} | {
-            w.casefold() for w in context.get("vocabulary", ())
-        }
         missing_id = {i for i in _idents(text) if i not in prem_ids and i not in prem_n and i not in exempt}
         if missing_id:
             return no(f"identifiers not in the evidence: {sorted(missing_id)[:5]}")
         if claim.kind != "negative_observation":
-            if _NEG_EN.search(text) and not _NEG_EN.search(prem):
+            neg_en, neg_zh = _NEG_EN.search(framing), (_CJK.search(framing) and _NEG_ZH.search(framing))
+            if quoted and (neg_en or neg_zh):
+                return no("the claim adds a negation to the evidence it quotes")
+            if neg_en and not _NEG_EN.search(prem):
                 return no("the claim negates what the evidence states")
-            if _CJK.search(text) and _NEG_ZH.search(text) and not (_NEG_EN.search(prem) or _NEG_ZH.search(prem)):
+            if neg_zh and not (_NEG_EN.search(prem) or _NEG_ZH.search(prem)):
                 return no("the claim negates what the evidence states")
-            claim_n = _norm(text)
             for neg, word in _NEG_FOLLOW.findall(prem):
                 w = word.casefold()
-                if re.search(rf"\b{re.escape(w)}\b", claim_n) and not re.search(rf"\b(?:not|no|never|cannot)\s+{re.escape(w)}", claim_n):
+                if re.search(rf"\b{re.escape(w)}\b", framing) and not re.search(rf"\b(?:not|no|never|cannot)\s+{re.escape(w)}", framing):
                     return no(f"the evidence says '{neg} {word}' but the claim drops the negation")
-        allowed = set(context.get("mechanisms", ()))
-        claim_n = _norm(text)
-        for mech, mech_words in MECHANISM_WORDS.items():
-            if mech in allowed:
-                continue
-            for w in mech_words:
-                if _norm(w) in claim_n and _norm(w) not in prem_n:
-                    return no(f"names a cause the evidence does not show: {w!r}")
-        quotes = _QUOTED.findall(text)
-        words = _content_words(_QUOTED.sub(" ", text) if quotes else text)
-        if quotes and len(words) < 3:
-            return ClaimVerdict(claim_id=cid, verdict="SUPPORTED", reason="quoted evidence verbatim; numbers and identifiers found in the evidence", coverage=None)
-        prem_words = {_stem(w) for w in _content_words(prem)}
-        allowed_words = {_stem(w) for m in allowed for w in m.split("_")} | {_stem(w) for w in context.get("vocabulary", ())}
-        if len(words) >= 3:
+        shown = _named_mechanisms(prem)
+        invented = sorted(_named_mechanisms(framing) - allowed - shown)
+        if invented:
+            return no(f"names a cause the evidence does not show: {invented[0]}")
+        words = [w for w in _content_words(framing) if w not in _FRAMING_STOP]
+        if len(words) < 3:
+            if quoted or not _CJK.search(framing) or self._embed is None:
+                return ClaimVerdict(claim_id=cid, verdict="SUPPORTED", reason="quoted or identifier-level claim: numbers, identifiers and terms found in the evidence")
+        else:
+            prem_words = {_stem(w) for w in _content_words(prem)}
+            allowed_words = {_stem(w) for m in allowed for w in m.split("_")} | {_stem(w) for w in context.get("vocabulary", ())}
             hits = sum(1 for w in words if _stem(w) in prem_words or _stem(w) in allowed_words)
             cov = hits / len(words)
             if cov >= self.threshold:
                 return ClaimVerdict(claim_id=cid, verdict="SUPPORTED", reason="numbers, identifiers and terms found in the evidence", coverage=round(cov, 3))
-            if not _CJK.search(text) or self._embed is None:
+            if not _CJK.search(framing) or self._embed is None:
                 return no(f"term coverage {cov:.2f} below {self.threshold}", round(cov, 3))
         if self._embed is None:
-            return ClaimVerdict(claim_id=cid, verdict="SUPPORTED", reason="numbers and identifiers found in the evidence; too few terms to measure coverage", coverage=None)
-        vecs = self._embed([text, prem[:2000]])
+            return no("cross-lingual claim and no embedding to compare it")
+        vecs = self._embed([framing if not quoted else text, prem[:2000]])
         sim = float((vecs[0] * vecs[1]).sum())
         if sim >= DENSE_THRESHOLD:
             return ClaimVerdict(claim_id=cid, verdict="SUPPORTED", reason=f"cross-lingual similarity {sim:.2f}", coverage=round(sim, 3))
@@ -254,12 +322,12 @@ class SemanticGuard:
         mechanisms |= {h.mechanism for h in draft.hypotheses}
         vocabulary: set[str] = set()
         for h in draft.hypotheses:
-            vocabulary |= set(_content_words(h.component.replace("_", " "))) | {"gc", "oom", "dns", "cpu", "tls", "jvm"} & set(h.mechanism.split("_") + h.component.split("_"))
+            vocabulary |= set(_content_words(h.component.replace("_", " "))) | set(h.mechanism.split("_") + h.component.split("_"))
         result = SemanticResult(judge=self.judge.name)
         try:
             for claim in draft.claims:
                 premise = [c.excerpt for c in snapshot.for_claim(claim.id)]
-                ctx = {"mechanisms": mechanisms, "vocabulary": vocabulary, "question": question, "tool_trace": tool_trace or []}
+                ctx = {"mechanisms": mechanisms, "vocabulary": vocabulary, "question": question, "tool_trace": tool_trace or [], "tools": {c.tool_name for c in snapshot.citations}}
                 result.verdicts.append(self.judge.judge(claim, premise, ctx))
         except Exception as exc:  # fail closed: any judge failure withholds the draft
             result.available = False

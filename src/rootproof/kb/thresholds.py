@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 THRESHOLDS: dict[str, Any] = {
-    "version": 0,
-    "derivation": "placeholder before calibration on labelled queries",
+    "version": 1,
+    "derivation": "calibrated 2026-11-30 on the calibration split (38 queries: 33 answerable, 5 ood) over 33 cards; floor halfway between the highest ood score and the 10th percentile of relevant-card scores (>= ood max + 0.02), HIGHLY_RELEVANT = median, PRECISE = 75th percentile of relevant-card scores",
     "channels": {
-        "bm25": {"PRECISE": 0.5, "HIGHLY_RELEVANT": 0.35, "REFERENCE": 0.2},
-        "dense": {"PRECISE": 0.6, "HIGHLY_RELEVANT": 0.45, "REFERENCE": 0.35},
+        "bm25": {"PRECISE": 0.679, "HIGHLY_RELEVANT": 0.5996, "REFERENCE": 0.4306},
+        "dense": {"PRECISE": 0.5628, "HIGHLY_RELEVANT": 0.4335, "REFERENCE": 0.2199},
     },
 }

@@ -1,0 +1,57 @@
+"""The guard benchmark on a small instance count: every mutation kind caught, no valid draft refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rootproof.eval.guard import MUTATIONS, run_guard_benchmark
+
+SCENARIOS = ["pg-row-lock", "pg-deadlock", "payment-timeout"]
+
+
+@pytest.fixture(scope="module")
+def summary() -> dict[str, Any]:
+    return run_guard_benchmark(seed=0, per_kind=3, scenario_ids=SCENARIOS, injected_runs=2)
+
+
+def test_every_mutation_kind_is_caught(summary: dict[str, Any]) -> None:
+    rows = summary["by_mutation"]
+    assert set(rows) == set(MUTATIONS)
+    for kind, row in rows.items():
+        assert row["expected"] == MUTATIONS[kind]
+        assert row["n"] == 3, f"{kind}: only {row['n']} instances generated"
+        assert row["caught"] == row["n"], f"{kind}: {row.get('missed_examples')}"
+    assert summary["false_publishes"] == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "guard gap (OfflineJudge, commit 5756162): words outside quotes are scored for coverage, so the "
+        "framing 'Root cause (postgresql deadlock):' (root, cause) falls to 0.50 < 0.55 and the offline "
+        "planner's own pg-deadlock draft is refused; remove this mark when the judge accepts it"
+    ),
+)
+def test_no_valid_draft_is_refused(summary: dict[str, Any]) -> None:
+    assert summary["valid_drafts"] > 0
+    assert summary["false_rejects"] == 0, summary.get("false_reject_examples")
+    assert summary["false_reject_rate_by_language"] == {"en": 0.0, "zh": 0.0}
+
+
+def test_both_sources_and_languages_contribute(summary: dict[str, Any]) -> None:
+    src = summary["sources"]
+    assert src["offline_planner"]["published"] > 0
+    assert src["scripted_paraphrase"]["published"] > 0
+    assert set(src["scripted_paraphrase"]["by_language"]) == {"en", "zh"}
+    assert src["poisoned_runs"] == 2
+    assert summary["drafts"] == summary["valid_drafts"] + 3 * len(MUTATIONS)
+
+
+def test_seeded_runs_are_deterministic(summary: dict[str, Any]) -> None:
+    again = run_guard_benchmark(seed=0, per_kind=3, scenario_ids=SCENARIOS, injected_runs=2)
+    strip = ("drafts_per_second",)
+    assert {k: v for k, v in again.items() if k not in strip} == {
+        k: v for k, v in summary.items() if k not in strip
+    }
