@@ -89,10 +89,19 @@ def test_backend_result_refs_and_tracker(kb: KnowledgeBase) -> None:
         == f"[{item['card_id']}] {item['title']}: {item['text']}"
     )
     assert first.details["layer"] == "L0+L1" and first.details["relevance_level"] == item["grade"]
-    # Same run, same question: the only card above the floor was already returned.
-    again = backend.call("lookup_knowledge", args, now=NOW, run_id="run-1")
+    # Same run, same question: each call returns only cards not returned before in this run,
+    # until every card above the floor has been returned: then DEDUPLICATED.
+    returned = ["pg-lock-contention"]
+    for _ in range(len(kb.cards)):
+        again = backend.call("lookup_knowledge", args, now=NOW, run_id="run-1")
+        if again.evidence_status == "DEDUPLICATED":
+            break
+        new = [r["card_id"] for r in again.result["results"]]
+        assert new and not set(new) & set(returned)
+        returned += new
     assert again.evidence_status == "DEDUPLICATED"
     assert again.result["results"] == [] and "already returned" in again.result["deduplicated"]
+    assert "no_evidence" not in again.result
     # A new run gets the card again.
     fresh = backend.call("lookup_knowledge", args, now=NOW, run_id="run-2")
     assert fresh.evidence_status is None and fresh.result["results"][0]["card_id"] == "pg-lock-contention"

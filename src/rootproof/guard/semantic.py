@@ -7,6 +7,7 @@ model one claim per call. Errors, timeouts and unparseable output fail closed.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import unicodedata
@@ -80,6 +81,7 @@ _IDENT = re.compile(
     r"\b(?:[A-Za-z0-9]+(?:[-_.:/][A-Za-z0-9]+)+|[A-Za-z]*\d+[A-Za-z][A-Za-z0-9]*|[A-Z]{2,}[0-9]*)\b"
 )
 _QUOTED = re.compile(r"[\"“「『]([^\"”」』]{4,})[\"”」』]")
+_QUOTED_GREEDY = re.compile(r"[\"“「『](.+)[\"”」』]", re.S)
 _LATIN_WORD = re.compile(r"[a-z][a-z0-9_]+")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 _NEG_EN = re.compile(r"\b(?:not|no|never|without|none|cannot|can't|didn't|doesn't|isn't|wasn't|won't)\b", re.I)
@@ -93,26 +95,26 @@ _STOP = frozenset(
 # Cues that name a failure mechanism, as sets of word stems (English) or substrings (Chinese).
 # A claim may name only mechanisms its evidence shows or the draft itself investigates (its
 # root cause and hypotheses); anything else is a cause the claim invented.
-MECHANISM_CUES: dict[str, tuple[frozenset[str], ...]] = {
-    m: tuple(frozenset(c.split()) for c in cues)
+_CUE_PHRASES: dict[str, tuple[str, ...]] = {
+    m: cues
     for m, cues in {
         "row_lock_contention": ("lock contention", "row lock", "lock wait", "blocking session"),
         "deadlock": ("deadlock",),
-        "connection_exhaustion": ("connection exhaustion", "too many connection", "connection slot", "pool exhaust"),
+        "connection_exhaustion": ("connection exhaustion", "connections exhausted", "too many connections", "connection slots", "pool exhaustion", "pool exhausted"),
         "pool_leak": ("pool leak", "connection leak", "leak connection"),
         "slow_query": ("slow query", "query slow", "sequential scan", "missing index"),
         "replication_lag": ("replication lag", "replica lag", "replay lag"),
         "max_clients_reached": ("max client", "maxclient"),
         "memory_eviction": ("evict", "eviction", "maxmemory"),
         "upstream_timeout": ("upstream timeout", "upstream time", "gateway timeout"),
-        "gc_pause": ("gc pause", "garbage collect", "full gc", "stop world"),
-        "oom_kill": ("oom", "out memory", "memory kill", "oomkill"),
-        "disk_full": ("disk full", "disk be full", "no space", "out space", "enospc", "disk space"),
-        "dns_resolution_failure": ("dns", "name resolution", "resolve host", "nxdomain", "servfail"),
-        "certificate_expired": ("certificate expir", "expired certificate", "cert expir", "expired cert", "tls expir"),
+        "gc_pause": ("gc pause", "garbage collection", "full gc", "stop the world"),
+        "oom_kill": ("oom", "out of memory", "oomkilled", "oom killer", "memory limit killed"),
+        "disk_full": ("disk full", "disk being full", "disk is full", "disk was full", "no space left", "out of space", "enospc", "disk space"),
+        "dns_resolution_failure": ("dns", "name resolution", "resolve the host", "nxdomain", "servfail"),
+        "certificate_expired": ("certificate expired", "expired certificate", "expired tls certificate", "cert expired", "expired cert", "certificate has expired", "certificate expiry"),
         "bad_config_rollout": ("config rollout", "bad config", "configuration change", "config change", "rollout"),
-        "cpu_saturation": ("cpu saturat", "cpu starv", "cpu throttl", "high cpu"),
-        "thread_pool_exhaustion": ("thread pool", "thread starv", "executor saturat"),
+        "cpu_saturation": ("cpu saturation", "cpu starvation", "cpu throttling", "high cpu", "cpu saturated"),
+        "thread_pool_exhaustion": ("thread pool", "thread starvation", "executor saturated"),
         "queue_backlog": ("backlog", "consumer lag", "queue lag"),
         "network_partition": ("network partition", "packet loss", "network split"),
     }.items()
@@ -174,15 +176,29 @@ def _stem(word: str) -> str:
     return word
 
 
-def _stems(text: str) -> set[str]:
-    out = set()
-    for w in re.findall(r"[a-z0-9]+", _norm(text)):
-        out.add(w)
-        out.add(_stem(w))
-        for pre in ("expir", "saturat", "exhaust", "resol", "evict", "collect", "starv", "throttl"):
-            if w.startswith(pre):
-                out.add(pre)
-    return out
+_PREFIXES = ("expir", "saturat", "exhaust", "resol", "evict", "collect", "starv", "throttl", "partition")
+
+
+def _stem_word(w: str) -> str:
+    for pre in _PREFIXES:
+        if w.startswith(pre):
+            return pre
+    return _stem(w)
+
+
+def _stem_seq(text: str) -> str:
+    """The text as a sequence of word stems, space-separated and padded (for phrase lookups)."""
+    return " " + " ".join(_stem_word(w) for w in re.findall(r"[a-z0-9]+", _norm(text))) + " "
+
+
+_CUE_SEQ: dict[str, tuple[str, ...]] = {}
+
+
+def _cues(mechanism: str) -> tuple[str, ...]:
+    """A mechanism's cue phrases as stem sequences (cached)."""
+    if mechanism not in _CUE_SEQ:
+        _CUE_SEQ[mechanism] = tuple(_stem_seq(p) for p in _CUE_PHRASES.get(mechanism, ()))
+    return _CUE_SEQ[mechanism]
 
 
 def _framing(text: str, excerpts: list[str]) -> tuple[str, bool]:
@@ -196,10 +212,46 @@ def _framing(text: str, excerpts: list[str]) -> tuple[str, bool]:
     return out, quoted
 
 
-def _named_mechanisms(text: str) -> set[str]:
-    stems = _stems(text)
+def _altered_copy(framing: str, premise: str) -> str | None:
+    """If the claim copies a stretch of the evidence and swaps a short piece of it, that piece.
+
+    A near-verbatim claim ("Observed: starting job X on host-1") that changes a word next to
+    a copied stretch ("… on deployer") replaces evidence rather than quoting it.
+    """
+    a, b = framing.strip(), _squash(premise)
+    if len(a) < 12:
+        return None
+    sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    blocks = [blk for blk in sm.get_matching_blocks() if blk.size >= 12]
+    if not blocks or sum(blk.size for blk in blocks) / len(a) < 0.5:
+        return None
+    # Re-align around the long blocks only: the piece of the claim between (or after) copied
+    # stretches, against the evidence text at the same place.
+    for blk, nxt in zip(blocks, [*blocks[1:], None], strict=True):
+        i1, j1 = blk.a + blk.size, blk.b + blk.size
+        i2 = nxt.a if nxt is not None else len(a)
+        j2 = nxt.b if nxt is not None else min(len(b), j1 + 40)
+        piece, orig = a[i1:i2].strip(), b[j1:j2].strip()
+        if not piece or not orig or len(piece) > 40 or (nxt is None and "\n" in b[j1:j2]):
+            continue
+        # A swap is an entity (one or two tokens); longer text is commentary, judged by coverage.
+        if len(piece.split()) <= 2 and piece != orig and re.search(r"[0-9a-z\u4e00-\u9fff]{2,}", piece) and not orig.startswith(piece):
+            return piece
+    return None
+
+
+def _named_mechanisms(text: str, allowed: set[str] | frozenset[str] = frozenset()) -> set[str]:
+    """Mechanisms the text names (as consecutive word stems, or Chinese cues), after removing the
+    names of the `allowed` mechanisms so that, e.g., "thread pool exhaustion" is not read as
+    "pool exhaustion"."""
+    seq = _stem_seq(text)
     low = _norm(text)
-    named = {m for m, cues in MECHANISM_CUES.items() if any(c <= stems for c in cues)}
+    for m in allowed:
+        for cue in (_stem_seq(m.replace("_", " ")), *_cues(m)):
+            seq = seq.replace(cue, " | ")
+        for zh in MECHANISM_CUES_ZH.get(m, ()):
+            low = low.replace(zh, " ")
+    named = {m for m in _CUE_PHRASES if any(c in seq for c in _cues(m))}
     named |= {m for m, cues in MECHANISM_CUES_ZH.items() if any(c in low for c in cues)}
     return named
 
@@ -232,9 +284,15 @@ class OfflineJudge:
         if not premise:
             return no("no verified evidence")
         framing, quoted = _framing(text, premise)
-        for q in _QUOTED.findall(framing):
-            if len(q.strip()) >= 4 and _squash(q) not in _squash(prem):
-                return no(f"quoted text not in the evidence: {q[:80]!r}")
+        if not quoted:
+            # A quote that is not one of the verified excerpts verbatim must still be in the evidence.
+            for q in _QUOTED_GREEDY.findall(text) or _QUOTED.findall(text):
+                if len(q.strip()) >= 4 and _squash(q) not in _squash(prem):
+                    return no(f"quoted text not in the evidence: {q[:80]!r}")
+        if not quoted:
+            altered = _altered_copy(framing, prem)
+            if altered is not None:
+                return no(f"the claim copies the evidence but changes it: {altered[:60]!r}")
         missing_num = _numbers(text) - _numbers(prem)
         if missing_num:
             return no(f"numbers not in the evidence: {sorted(missing_num)[:5]}")
@@ -257,7 +315,7 @@ class OfflineJudge:
                 if re.search(rf"\b{re.escape(w)}\b", framing) and not re.search(rf"\b(?:not|no|never|cannot)\s+{re.escape(w)}", framing):
                     return no(f"the evidence says '{neg} {word}' but the claim drops the negation")
         shown = _named_mechanisms(prem)
-        invented = sorted(_named_mechanisms(framing) - allowed - shown)
+        invented = sorted(_named_mechanisms(framing, allowed) - allowed - shown)
         if invented:
             return no(f"names a cause the evidence does not show: {invented[0]}")
         words = [w for w in _content_words(framing) if w not in _FRAMING_STOP]
