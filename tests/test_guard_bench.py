@@ -26,14 +26,6 @@ def test_every_mutation_kind_is_caught(summary: dict[str, Any]) -> None:
     assert summary["false_publishes"] == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "guard gap (OfflineJudge, commit 5756162): words outside quotes are scored for coverage, so the "
-        "framing 'Root cause (postgresql deadlock):' (root, cause) falls to 0.50 < 0.55 and the offline "
-        "planner's own pg-deadlock draft is refused; remove this mark when the judge accepts it"
-    ),
-)
 def test_no_valid_draft_is_refused(summary: dict[str, Any]) -> None:
     assert summary["valid_drafts"] > 0
     assert summary["false_rejects"] == 0, summary.get("false_reject_examples")

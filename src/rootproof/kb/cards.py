@@ -227,8 +227,10 @@ class Hypothesis(_Strict):
     """`component/mechanism` pairs this card tells apart."""
     recovery: list[RecoveryAction] = Field(default_factory=list)
     """Taxonomy recovery actions, safest first."""
+    explains: list[str] = Field(default_factory=list)
+    """`component/mechanism` pairs whose symptoms this mechanism produces (its effects)."""
 
-    @field_validator("distinguishes_from")
+    @field_validator("distinguishes_from", "explains")
     @classmethod
     def _pairs(cls, value: list[str]) -> list[str]:
         for i, pair in enumerate(value):

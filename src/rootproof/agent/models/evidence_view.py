@@ -139,11 +139,21 @@ def _covers(obs: Observation, sig: Signal) -> bool:
     return True
 
 
+_DURATION = re.compile(r"^(?:(\d+) days? )?(\d+):(\d{2}):(\d{2}(?:\.\d+)?)$")
+
+
 def _num(v: Any) -> float | None:
+    """A number, a percentage, or a duration (`00:24:32.118`, `1 day 02:00:00`) in seconds."""
+    text = str(v).strip()
     try:
-        return float(str(v).strip().rstrip("%"))
+        return float(text.rstrip("%"))
     except ValueError:
-        return None
+        pass
+    m = _DURATION.match(text)
+    if m:
+        days = int(m.group(1) or 0)
+        return days * 86400 + int(m.group(2)) * 3600 + int(m.group(3)) * 60 + float(m.group(4))
+    return None
 
 
 def _cmp(actual: Any, op: str, expected: Any) -> bool:

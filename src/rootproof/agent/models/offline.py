@@ -121,7 +121,10 @@ class Candidate:
     signals: list[Signal] = field(default_factory=list)
     distinguishes_from: list[str] = field(default_factory=list)
     recovery: list[str] = field(default_factory=list)
+    explains: list[str] = field(default_factory=list)
     seen: float = 0.0
+    own: float = 0.0
+    """Seen weight of its own signals, before the effects it explains are added."""
     checked: float = 0.0
     hits: list[tuple[Signal, list[Hit]]] = field(default_factory=list)
     unobservable: list[Signal] = field(default_factory=list)
@@ -211,6 +214,7 @@ class OfflinePlanner:
         c.signals.extend(s for s in h.signals if s.model_dump_json() not in known)
         c.distinguishes_from.extend(d for d in h.distinguishes_from if d not in c.distinguishes_from)
         c.recovery.extend(r for r in h.recovery if r not in c.recovery)
+        c.explains.extend(e for e in h.explains if e not in c.explains)
 
     @staticmethod
     def _score(candidates: list[Candidate], observations: list[Observation]) -> None:
@@ -226,6 +230,13 @@ class OfflinePlanner:
                     c.checked += s.weight
                 else:
                     c.unobservable.append(s)
+            c.own = c.seen
+        # A cause that is itself strongly seen also accounts for the symptoms of the effects it
+        # explains (a leak explains the exhausted pool; an OOM kill explains the crash loop).
+        by_key = {c.key: c for c in candidates}
+        for c in candidates:
+            if c.strong and c.own >= ROOT_THRESHOLD:
+                c.seen = c.own + sum(by_key[e].own for e in c.explains if e in by_key)
 
     def _next_calls(self, question: str, candidates: list[Candidate], observations: list[Observation], offered: set[str], step: int) -> list[ToolCall]:
         lookups = [o for o in observations if o.tool == "lookup_knowledge"]
@@ -243,6 +254,15 @@ class OfflinePlanner:
                 calls.append(ToolCall(id=f"s{step}-k", name="lookup_knowledge", arguments={"query": " ".join(errors)[:1000], "top_k": 5}))
                 return calls
         done = {json.dumps([o.tool, o.args], sort_keys=True) for o in observations}
+        # The alert's service had no logs of its own: look at every service instead.
+        for o in observations:
+            if o.tool == "query_logs" and o.step == 0 and o.args.get("service") and o.evidence_status == "NO_EVIDENCE":
+                wide = {k: v for k, v in o.args.items() if k != "service"}
+                if json.dumps(["query_logs", wide], sort_keys=True) not in done and "query_logs" not in blocked:
+                    done.add(json.dumps(["query_logs", wide], sort_keys=True))
+                    calls.append(ToolCall(id=f"s{step}-wide", name="query_logs", arguments=wide))
+                    used["query_logs"] = used.get("query_logs", 0) + 1
+                    total += 1
         # A differential lookup: knowledge about the leading hypothesis and what it must be told apart
         # from, when it is not yet confirmed or the runtime evidence is not all in view.
         ranked = sorted(candidates, key=lambda c: (-c.seen, c.rank))
@@ -263,15 +283,16 @@ class OfflinePlanner:
                 if s.tool in offered and s.tool not in blocked:
                     groups.setdefault((s.tool, s.kind), []).append(s)
         planned: list[tuple[float, str, dict[str, Any]]] = []
-        for (tool, kind), sigs in groups.items():
-            weight = max(s.weight for s in sigs)
+        for order, ((tool, kind), sigs) in enumerate(groups.items()):
+            # Groups come in candidate order (strongest first); within that, heavier signals first.
+            weight = max(s.weight for s in sigs) - 100.0 * order
             log_like = tool == "query_logs" or (kind in LOG_KINDS.get(tool, set()))
             if tool == "query_metrics":
                 for s in sigs:
                     args: dict[str, Any] = {"metric": s.metric}
                     if s.labels:
                         args["labels"] = dict(s.labels)
-                    planned.append((s.weight, tool, args))
+                    planned.append((s.weight - 100.0 * order, tool, args))
                 continue
             args = {"kind": kind} if kind else {}
             if log_like:
@@ -351,12 +372,18 @@ class OfflinePlanner:
         if best is not None and confirmed:
             label = _label(best.component, best.mechanism, zh)
             rc_ids = []
-            for sig, hits in sorted(best.hits, key=lambda sh: -sh[0].weight)[:5]:
+            ordered = sorted(best.hits, key=lambda sh: -sh[0].weight)
+            for sig, hits in ordered[:6]:
                 anchors = signal_strings(sig)
                 h = hits[0]
                 ex = _excerpt(h.text, anchors)
                 text = f"根因证据（{label}）：“{ex}”" if zh else f"Root cause evidence ({label}): \"{ex}\""
                 rc_ids.append(add_claim(text, "root_cause", [cite(x, anchors) for x in hits[:4]]))
+            rest = [(sig, h) for sig, hits in ordered[6:] for h in hits[:2]]
+            if rest:
+                ex = _excerpt(rest[0][1].text, signal_strings(rest[0][0]))
+                text = f"更多支持证据（{label}）：“{ex}”" if zh else f"More evidence for {label}: \"{ex}\""
+                rc_ids.append(add_claim(text, "root_cause", [cite(h, signal_strings(sig)) for sig, h in rest[:8]]))
             card_ref = self._card_hit(best, observations)
             kc_ids = []
             if card_ref is not None:
@@ -366,7 +393,18 @@ class OfflinePlanner:
             root_cause = {"component": best.component, "mechanism": best.mechanism, "culprit": culprit, "claim_ids": rc_ids}
             hypotheses.append({"statement": label, "component": best.component, "mechanism": best.mechanism, "status": "confirmed", "claim_ids": rc_ids + kc_ids})
             top = best.top_hits(1)
-            alternatives = [c for c in ranked[1:] if c.seen + MARGIN <= best.seen]
+            effects = [c for c in ranked[1:] if c.key in best.explains and c.own > 0]
+            for eff in effects:
+                if len(claims) >= 10:
+                    break
+                sig, hits = max(eff.hits, key=lambda sh: sh[0].weight)
+                anchors = signal_strings(sig)
+                elabel = _label(eff.component, eff.mechanism, zh)
+                ex = _excerpt(hits[0].text, anchors)
+                text = f"{elabel} 是 {label} 的结果：“{ex}”" if zh else f"{elabel} is a consequence of {label}: \"{ex}\""
+                cid = add_claim(text, "finding", [cite(h, anchors) for h in hits[:3]])
+                hypotheses.append({"statement": f"{elabel} ({'由 ' + label + ' 引起' if zh else 'explained by ' + label})", "component": eff.component, "mechanism": eff.mechanism, "status": "open", "claim_ids": [cid]})
+            alternatives = [c for c in ranked[1:] if c.seen + MARGIN <= best.seen and c not in effects]
             seen_keys = {best.key} | {c.key for c in alternatives}
             extra = [p for p in best.distinguishes_from if p not in seen_keys]
             for alt_key in [c.key for c in alternatives][:4] + extra[: max(0, 4 - len(alternatives))]:
@@ -379,7 +417,7 @@ class OfflinePlanner:
                 cid = add_claim(text, "finding", [cite(top[0], [])] + [cite(x, []) for x in best.top_hits(4)[1:]])
                 hypotheses.append({"statement": alt, "component": comp, "mechanism": mech, "status": "ruled_out", "claim_ids": [cid]})
             for c in ranked[1:]:
-                if c in alternatives:
+                if c in alternatives or c in effects:
                     continue
                 hypotheses.append({"statement": _label(c.component, c.mechanism, zh), "component": c.component, "mechanism": c.mechanism, "status": "open", "claim_ids": []})
             for action in best.recovery[:2]:
