@@ -131,6 +131,9 @@ def _covers(obs: Observation, sig: Signal) -> bool:
         if sig.tool == "query_logs":
             if sig.scope and obs.args.get("scope", "ALL") not in ("ALL", sig.scope):
                 return False
+            # A look narrowed to one service or a minimum level does not cover every entry.
+            if obs.args.get("service") or (obs.args.get("level") and obs.args.get("level") != sig.level):
+                return False
         if not q.strip():
             return True
         phrases = query_phrases(q)

@@ -248,7 +248,7 @@ class OfflinePlanner:
         total = sum(used.values())
         calls: list[ToolCall] = []
         # A second lookup when the question's cards explain nothing seen so far.
-        if len(lookups) == 1 and "lookup_knowledge" in offered and "lookup_knowledge" not in blocked and not any(c.seen for c in candidates):
+        if len(lookups) == 1 and "lookup_knowledge" in offered and "lookup_knowledge" not in blocked and not any(c.strong for c in candidates):
             errors = self._error_lines(observations)
             if errors:
                 calls.append(ToolCall(id=f"s{step}-k", name="lookup_knowledge", arguments={"query": " ".join(errors)[:1000], "top_k": 5}))
@@ -266,7 +266,7 @@ class OfflinePlanner:
         # A differential lookup: knowledge about the leading hypothesis and what it must be told apart
         # from, when it is not yet confirmed or the runtime evidence is not all in view.
         ranked = sorted(candidates, key=lambda c: (-c.seen, c.rank))
-        if ranked and ranked[0].seen > 0 and len(lookups) < 3 and "lookup_knowledge" in offered and "lookup_knowledge" not in blocked:
+        if ranked and ranked[0].strong and len(lookups) < 3 and "lookup_knowledge" in offered and "lookup_knowledge" not in blocked:
             best = ranked[0]
             runner = ranked[1].seen if len(ranked) > 1 else 0.0
             confirmed = best.seen >= ROOT_THRESHOLD and best.strong and best.seen - runner >= MARGIN
@@ -397,12 +397,14 @@ class OfflinePlanner:
             for eff in effects:
                 if len(claims) >= 10:
                     break
-                sig, hits = max(eff.hits, key=lambda sh: sh[0].weight)
+                eff_hits = sorted(eff.hits, key=lambda sh: -sh[0].weight)
+                sig, hits = eff_hits[0]
                 anchors = signal_strings(sig)
                 elabel = _label(eff.component, eff.mechanism, zh)
                 ex = _excerpt(hits[0].text, anchors)
                 text = f"{elabel} 是 {label} 的结果：“{ex}”" if zh else f"{elabel} is a consequence of {label}: \"{ex}\""
-                cid = add_claim(text, "finding", [cite(h, anchors) for h in hits[:3]])
+                cits = [cite(h, signal_strings(sg)) for sg, hs in eff_hits[:4] for h in hs[:2]]
+                cid = add_claim(text, "finding", cits[:8])
                 hypotheses.append({"statement": f"{elabel} ({'由 ' + label + ' 引起' if zh else 'explained by ' + label})", "component": eff.component, "mechanism": eff.mechanism, "status": "open", "claim_ids": [cid]})
             alternatives = [c for c in ranked[1:] if c.seen + MARGIN <= best.seen and c not in effects]
             seen_keys = {best.key} | {c.key for c in alternatives}
