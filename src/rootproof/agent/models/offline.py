@@ -39,6 +39,8 @@ ROOT_THRESHOLD = 3.0
 """Seen signal weight a hypothesis needs to become the root cause."""
 MARGIN = 1.5
 """Seen weight the best hypothesis needs over the runner-up."""
+CONTEXT_WEIGHT = 1.0
+"""Signals lighter than this are context: cited when their hypothesis is confirmed, never scored."""
 MAX_CALLS_PER_TOOL = 4
 MAX_TOOL_CALLS = 12
 MAX_PHRASES = 8
@@ -225,7 +227,8 @@ class OfflinePlanner:
                 observable, hits = evaluate_signal(s, observations)
                 if hits:
                     c.hits.append((s, hits))
-                    c.seen += s.weight
+                    if s.weight >= CONTEXT_WEIGHT:
+                        c.seen += s.weight
                 if observable:
                     c.checked += s.weight
                 else:
@@ -247,12 +250,6 @@ class OfflinePlanner:
         blocked = {o.tool for o in observations if o.code in _STOP_CODES}
         total = sum(used.values())
         calls: list[ToolCall] = []
-        # A second lookup when the question's cards explain nothing seen so far.
-        if len(lookups) == 1 and "lookup_knowledge" in offered and "lookup_knowledge" not in blocked and not any(c.strong for c in candidates):
-            errors = self._error_lines(observations)
-            if errors:
-                calls.append(ToolCall(id=f"s{step}-k", name="lookup_knowledge", arguments={"query": " ".join(errors)[:1000], "top_k": 5}))
-                return calls
         done = {json.dumps([o.tool, o.args], sort_keys=True) for o in observations}
         # The alert's service had no logs of its own: look at every service instead.
         for o in observations:
@@ -263,13 +260,21 @@ class OfflinePlanner:
                     calls.append(ToolCall(id=f"s{step}-wide", name="query_logs", arguments=wide))
                     used["query_logs"] = used.get("query_logs", 0) + 1
                     total += 1
+        ranked = sorted(candidates, key=lambda c: (-c.seen, c.rank))
+        best = ranked[0] if ranked else None
+        runner = ranked[1].seen if len(ranked) > 1 else 0.0
+        confirmed = best is not None and best.seen >= ROOT_THRESHOLD and best.strong and best.seen - runner >= MARGIN
+        can_lookup = "lookup_knowledge" in offered and "lookup_knowledge" not in blocked
+        asked = " ".join(str(o.args.get("query", "")) for o in lookups)
+        # While nothing is confirmed: ask the knowledge base about what was seen and not yet asked
+        # about (the most severe messages, recent changes, the metrics that moved).
+        if can_lookup and not confirmed and len(lookups) < MAX_CALLS_PER_TOOL:
+            lines = [line for line in self._error_lines(observations) if line not in asked]
+            if lines:
+                calls.append(ToolCall(id=f"s{step}-k", name="lookup_knowledge", arguments={"query": " ".join(lines)[:1000], "top_k": 5}))
         # A differential lookup: knowledge about the leading hypothesis and what it must be told apart
         # from, when it is not yet confirmed or the runtime evidence is not all in view.
-        ranked = sorted(candidates, key=lambda c: (-c.seen, c.rank))
-        if ranked and ranked[0].strong and len(lookups) < 3 and "lookup_knowledge" in offered and "lookup_knowledge" not in blocked:
-            best = ranked[0]
-            runner = ranked[1].seen if len(ranked) > 1 else 0.0
-            confirmed = best.seen >= ROOT_THRESHOLD and best.strong and best.seen - runner >= MARGIN
+        if best is not None and best.strong and can_lookup and len(lookups) + len(calls) < MAX_CALLS_PER_TOOL:
             incomplete = any(o.omitted for o in observations if o.tool != "lookup_knowledge") or any(t.startswith("inspect_") for t in offered)
             pairs = [best.key, *best.distinguishes_from[:3]]
             query = "; ".join(_label(p.partition("/")[0], p.partition("/")[2], False) for p in pairs)
@@ -277,6 +282,8 @@ class OfflinePlanner:
             if (not confirmed or incomplete) and json.dumps(["lookup_knowledge", args_dx], sort_keys=True) not in done:
                 done.add(json.dumps(["lookup_knowledge", args_dx], sort_keys=True))
                 calls.append(ToolCall(id=f"s{step}-dx", name="lookup_knowledge", arguments=args_dx))
+        used["lookup_knowledge"] = used.get("lookup_knowledge", 0) + sum(1 for c in calls if c.name == "lookup_knowledge")
+        total += sum(1 for c in calls if c.name == "lookup_knowledge")
         groups: dict[tuple[str, str | None], list[Signal]] = {}
         for c in sorted(candidates, key=lambda c: (-c.seen, c.rank)):
             for s in sorted(c.unobservable, key=lambda s: -s.weight):
@@ -338,6 +345,8 @@ class OfflinePlanner:
                 rank = next((r for tag, r in sev if tag in first), None)
                 if rank is None and re.search(r"Exception|refused|timed out|failed|denied|No space|Killed process", first):
                     rank = 2
+                if re.search(r"(?i)\b(deploy(ed|ing|ment)?|roll(ed)? ?out|rollback|reload(ed)?|config(uration)? (revision|change|push)|applying .{0,40}config|upgrade[ds]?|release[ds]?)\b", first):
+                    rank = min(rank if rank is not None else 9, 1)
                 if rank is None:
                     continue
                 msg = first.split("] ", 1)[-1] if o.tool == "query_logs" else first
