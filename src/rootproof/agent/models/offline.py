@@ -285,7 +285,10 @@ class OfflinePlanner:
         used["lookup_knowledge"] = used.get("lookup_knowledge", 0) + sum(1 for c in calls if c.name == "lookup_knowledge")
         total += sum(1 for c in calls if c.name == "lookup_knowledge")
         groups: dict[tuple[str, str | None], list[Signal]] = {}
-        for c in sorted(candidates, key=lambda c: (-c.seen, c.rank)):
+        # While knowledge is still being looked up, spend runtime calls only on hypotheses that
+        # already have strong evidence; the others wait for the cards the lookup may bring.
+        pursue = [c for c in ranked if c.strong] if calls else ranked
+        for c in pursue:
             for s in sorted(c.unobservable, key=lambda s: -s.weight):
                 if s.tool in offered and s.tool not in blocked:
                     groups.setdefault((s.tool, s.kind), []).append(s)
@@ -336,6 +339,8 @@ class OfflinePlanner:
                 continue
             for ref in o.refs:
                 text = str(ref.get("text", ""))
+                if ref.get("raw_path") == "$.no_evidence":
+                    continue
                 if o.tool == "query_metrics":
                     m = re.match(r"^([^\s{]+)\S* first=\S+ last=\S+ min=\S+ max=\S+ delta=(\S+)", text)
                     if m and m.group(2) not in ("0", "0.0") and m.group(1) not in metrics:
