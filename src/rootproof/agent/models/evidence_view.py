@@ -242,6 +242,15 @@ def evaluate_signal(sig: Signal, observations: list[Observation]) -> tuple[bool,
             if _passes(sig, obs.tool, path, text):
                 seen.add((obs.invocation_id, path))
                 hits.append(Hit(invocation_id=obs.invocation_id, tool=obs.tool, raw_path=path, text=text, data_source=str(ref.get("data_source", obs.data_source))))
+    if hits and sig.any_:
+        # Put first one hit for each alternative string, so the first few cited refs show every
+        # form of the signal that occurred (e.g. both "connect() failed" and "no live upstreams").
+        lead: list[Hit] = []
+        for alt in sig.any_:
+            h = next((h for h in hits if _n(alt) in _n(h.text) and h not in lead), None)
+            if h is not None:
+                lead.append(h)
+        hits = lead + [h for h in hits if h not in lead]
     if hits:
         observable = True
     return observable, hits

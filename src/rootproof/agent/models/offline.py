@@ -269,7 +269,7 @@ class OfflinePlanner:
         # While nothing is confirmed: ask the knowledge base about what was seen and not yet asked
         # about (the most severe messages, recent changes, the metrics that moved).
         if can_lookup and not confirmed and len(lookups) < MAX_CALLS_PER_TOOL:
-            lines = [line for line in self._error_lines(observations) if line not in asked]
+            lines = self._error_lines(observations, asked)
             if lines:
                 calls.append(ToolCall(id=f"s{step}-k", name="lookup_knowledge", arguments={"query": " ".join(lines)[:1000], "top_k": 5}))
         # A differential lookup: knowledge about the leading hypothesis and what it must be told apart
@@ -329,7 +329,7 @@ class OfflinePlanner:
         return calls
 
     @staticmethod
-    def _error_lines(observations: list[Observation]) -> list[str]:
+    def _error_lines(observations: list[Observation], asked: str = "") -> list[str]:
         """The first lines of the most severe messages, and the metrics that moved: a second lookup's query."""
         ranked: list[tuple[int, str]] = []
         metrics: list[str] = []
@@ -343,7 +343,7 @@ class OfflinePlanner:
                     continue
                 if o.tool == "query_metrics":
                     m = re.match(r"^([^\s{]+)\S* first=\S+ last=\S+ min=\S+ max=\S+ delta=(\S+)", text)
-                    if m and m.group(2) not in ("0", "0.0") and m.group(1) not in metrics:
+                    if m and m.group(2) not in ("0", "0.0") and m.group(1) not in metrics and m.group(1) not in asked:
                         metrics.append(m.group(1))
                     continue
                 first = text.split("\n", 1)[0]
@@ -351,12 +351,12 @@ class OfflinePlanner:
                 if rank is None and re.search(r"Exception|refused|timed out|failed|denied|No space|Killed process", first):
                     rank = 2
                 if re.search(r"(?i)\b(deploy(ed|ing|ment)?|roll(ed)? ?out|rollback|reload(ed)?|config(uration)? (revision|change|push)|applying .{0,40}config|upgrade[ds]?|release[ds]?)\b", first):
-                    rank = min(rank if rank is not None else 9, 1)
+                    rank = 0
                 if rank is None:
                     continue
                 msg = first.split("] ", 1)[-1] if o.tool == "query_logs" else first
                 msg = re.sub(r"^\S+ \S+ (UTC )?\[\d+\] ", "", msg)[:140]
-                if all(msg != m for _, m in ranked):
+                if msg not in asked and all(msg != m for _, m in ranked):
                     ranked.append((rank, msg))
         ranked.sort(key=lambda rm: rm[0])
         return [m for _, m in ranked[:3]] + metrics[:3]
