@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -98,10 +98,10 @@ class FakeOpenAI:
         """Request headers (lower-cased names), in order."""
         self.times: list[float] = []
         """`time.monotonic()` at each request's arrival."""
-        self._script: list[Reply] = []
+        self._script: list[Reply | Callable[[dict[str, Any]], Reply]] = []
         self._lock = threading.Lock()
 
-    def script(self, replies: list[Reply]) -> None:
+    def script(self, replies: list[Reply | Callable[[dict[str, Any]], Reply]]) -> None:
         """Answer the next requests with these replies, in order (replacing what was left)."""
         with self._lock:
             self._script = list(replies)
@@ -111,9 +111,11 @@ class FakeOpenAI:
             self.requests.append(body)
             self.headers.append(headers)
             self.times.append(time.monotonic())
-            if self._script:
-                return self._script.pop(0)
-        return error(500, "fake server: the test script is exhausted")
+            nxt = self._script.pop(0) if self._script else None
+        if nxt is None:
+            return error(500, "fake server: the test script is exhausted")
+        # A callable reply is built from the request (a turn that depends on earlier results).
+        return nxt(body) if callable(nxt) else nxt
 
 
 def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
