@@ -288,6 +288,38 @@ def trace(run_id: Annotated[str, typer.Argument(help="A run id.")], as_json: Jso
     print("  events: " + " → ".join(e["type"] + (f"({e['data'].get('phase')})" if e["type"] == "status" else "") for e in data["events"]))
 
 
+@app.command()
+@guarded
+def audit(
+    run_id: Annotated[str | None, typer.Argument(help="A run id (default: the newest runs).")] = None,
+    limit: Annotated[int, typer.Option("--limit", help="How many recent runs to audit.")] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """Re-verify published runs from the trace store, independently of the release path."""
+    from rootproof.audit import audit_run
+
+    h = _harness()
+    store = h.sink
+    ids = [run_id] if run_id else [r.run_id for r in store.list_runs(limit)]
+    findings = []
+    for rid in ids:
+        data = store.trace(rid)
+        if data is None:
+            raise UsageError(f"unknown run id {rid!r}")
+        findings.append(audit_run(data))
+    published = [f for f in findings if f.release_outcome == "PUBLISHED"]
+    doc = {"runs": len(findings), "published": len(published), "ok": all(f.ok for f in findings), "findings": [f.as_dict() for f in findings]}
+    if as_json:
+        emit_json(doc)
+    else:
+        for f in findings:
+            print(f"{f.run_id} {f.release_outcome or '-':9} {'ok' if f.ok else 'PROBLEMS'} citations={f.checked_citations}")
+            for p in f.problems:
+                print(f"  {p}")
+    if not doc["ok"]:
+        raise typer.Exit(1)
+
+
 @db_app.command("upgrade")
 @guarded
 def db_upgrade() -> None:

@@ -188,7 +188,13 @@ class Harness:
         ctx.advance(RunState.RUNNING)
         ctx.progress.begin_step()
         boundary = ToolBoundary(ctx, backends=self.backends(scenario), store=self.canonical, sink=sink, breaker=_BREAKER)
-        outcome = boundary.call(ToolCallRequest(name=name, arguments=arguments, call_id="cli", step_index=0))
+        try:
+            outcome = boundary.call(ToolCallRequest(name=name, arguments=arguments, call_id="cli", step_index=0))
+        except Exception as exc:
+            record.error = f"{type(exc).__name__}: {str(exc)[:500]}"
+            ctx.advance(RunState.FAILED)
+            self._finish(record, ctx, status="FAILED", outcome="NONE", content=None, fallback=str(FallbackType.INTERNAL_ERROR))
+            raise
         ctx.advance(RunState.COMPLETED)
         self._finish(record, ctx, status="SUCCESS", outcome="NONE", content=None, fallback=None)
         return outcome, ctx
