@@ -26,7 +26,7 @@ from rootproof.errors import ConfigError, UsageError
 from rootproof.guard.evidence import EvidenceGuardResult
 from rootproof.guard.fallback import FallbackType, SafeFallbackFactory
 from rootproof.guard.release import ReleaseDecision, release_draft, tool_trace_summary
-from rootproof.guard.semantic import OfflineJudge, SemanticGuard, SemanticResult
+from rootproof.guard.semantic import LlmJudge, OfflineJudge, SemanticGuard, SemanticResult
 from rootproof.run.context import RunBudget, RunCancellation, RunContext, ToolScope
 from rootproof.run.events import EventStream, Listener
 from rootproof.run.lifecycle import RunState
@@ -164,11 +164,17 @@ class Harness:
             )
         raise ConfigError(f"ROOTPROOF_MODEL: unknown model {choice!r} (expected offline or openai)")
 
-    def semantic_guard(self) -> SemanticGuard:
-        """The offline judge with the multilingual embedding for cross-lingual coverage."""
+    def semantic_guard(self, ctx: RunContext | None = None, model: Model | None = None) -> SemanticGuard:
+        """The offline judge (default), or the LLM judge when `judge = llm` and a model is configured."""
+        if self.settings.judge == "llm" and model is not None and ctx is not None and not isinstance(model, _OFFLINE_TYPES()):
+            return SemanticGuard(LlmJudge(_judge_ask(ctx, model)))
         from rootproof.kb.channels import encode as embed_texts
 
         return SemanticGuard(OfflineJudge(embed=embed_texts))
+
+    def router_model(self, model: Model) -> Model | None:
+        """The model routes only when a real model drives the run; else offline rules do."""
+        return None if isinstance(model, _OFFLINE_TYPES()) or model.name == "scripted" else model
 
     # -- one tool call ---------------------------------------------------------------------
     def tool_call(self, name: str, arguments: dict[str, Any] | str, *, scenario: Scenario | None) -> tuple[ToolOutcome, RunContext]:
@@ -261,7 +267,7 @@ class Harness:
         ctx.advance(RunState.ROUTING)
         events.emit("status", {"phase": "ROUTING"})
         incident = scenario is not None or alert is not None
-        chosen = route(ctx, question or json.dumps(alert or {}), incident_scope=incident)
+        chosen = route(ctx, question or json.dumps(alert or {}), incident_scope=incident, model=self.router_model(model))
         record.route = out.route = str(chosen)
         if chosen is Route.SYSTEM_CHAT:
             ctx.advance(RunState.RELEASING)
@@ -295,9 +301,11 @@ class Harness:
         loop = run_agent(ctx, model, boundary, system_prompt=system, user_prompt=user, tools=tools, sink=self.sink)
         out.loop_end = loop.end
         out.outcomes = list(boundary.outcomes)
-        self._after_loop(ctx, record, events, out, loop, question, knowledge)
+        self._after_loop(ctx, record, events, out, loop, question, knowledge, model)
 
-    def _after_loop(self, ctx: RunContext, record: RunRecord, events: EventStream, out: RunOutcome, loop: LoopResult, question: str, knowledge: bool) -> None:
+    def _after_loop(
+        self, ctx: RunContext, record: RunRecord, events: EventStream, out: RunOutcome, loop: LoopResult, question: str, knowledge: bool, agent_model: Model
+    ) -> None:
         if loop.end == "CANCELLED" or ctx.cancellation.cancelled:
             ctx.advance(RunState.CANCELLED)
             self._finish(record, ctx, status="CANCELLED", outcome="NONE", content=None, fallback=None)
@@ -321,7 +329,7 @@ class Harness:
             raw,
             run_id=ctx.run_id,
             store=self.canonical,
-            semantic=self.semantic_guard(),
+            semantic=self.semantic_guard(ctx, agent_model),
             language=ctx.language,
             question=question,
             content_type="KNOWLEDGE_ANSWER" if knowledge else "DIAGNOSIS_REPORT",
@@ -381,6 +389,28 @@ class Harness:
         record.ended_at = datetime.now(UTC)
         record.duration_ms = ctx.elapsed_ms()
         self.sink.save_run(record)
+
+
+def _OFFLINE_TYPES() -> tuple[type, ...]:  # noqa: N802 - a lazily built constant
+    from rootproof.agent.models.offline import KnowledgeAnswerer, OfflinePlanner
+
+    return (OfflinePlanner, KnowledgeAnswerer)
+
+
+def _judge_ask(ctx: RunContext, model: Model) -> Any:
+    """`ask(system, user) -> text` for the LLM judge: one call per claim, its own budget, tokens counted."""
+    from rootproof.agent.models.base import ModelRequest, SystemMessage, UserMessage
+    from rootproof.errors import BudgetExhausted
+
+    def ask(system: str, user: str) -> str:
+        if ctx.usage.judge_calls >= ctx.budget.judge_calls:
+            raise BudgetExhausted(f"judge_calls limit of {ctx.budget.judge_calls} reached")
+        ctx.usage.judge_calls += 1
+        turn = model.step(ModelRequest(messages=[SystemMessage(content=system), UserMessage(content=user)], tools=[], draft_schema={}, mode="gather", time_left=ctx.time_left))
+        ctx.usage.add_tokens(turn.usage.total)
+        return turn.text or ""
+
+    return ask
 
 
 class _LazyKnowledge:

@@ -46,6 +46,7 @@ def test_deepseek_run_publishes_and_audits_reasoning(fake_openai: FakeOpenAI, tm
     model = OpenAICompatModel(base_url=fake_openai.base_url, api_key="k", model="deepseek-reasoner", provider="deepseek", backoff_s=0.01)
     fake_openai.script(
         [
+            completion(content='{"route": "DIAGNOSIS"}'),
             completion(reasoning_content="THINK-7f3a check the database log.", tool_calls=[{"id": "call_1", "name": "query_logs", "arguments": '{"query": "\\"still waiting for ShareLock\\""}'}]),
             lambda body: _draft_from_tool_result(body, "The waits are on a row lock; draft now."),
         ]
@@ -54,7 +55,8 @@ def test_deepseek_run_publishes_and_audits_reasoning(fake_openai: FakeOpenAI, tm
     out = h.diagnose(sc.question, scenario=sc, model=model)
     assert (out.status, out.release_outcome) == ("SUCCESS", "PUBLISHED"), out.evidence and out.evidence.codes
     # what the client sent: the tools (with submit_draft), auto tool choice, the replayed reasoning
-    first, second = fake_openai.requests
+    router, first, second = fake_openai.requests
+    assert "tools" not in router  # the router has no tools
     names = {t["function"]["name"] for t in first["tools"]}
     assert {"query_logs", "lookup_knowledge", "submit_draft"} <= names and first["tool_choice"] == "auto"
     assistant = next(m for m in second["messages"] if m["role"] == "assistant")
@@ -67,7 +69,7 @@ def test_deepseek_run_publishes_and_audits_reasoning(fake_openai: FakeOpenAI, tm
     full = store.reasoning(out.run_id)
     assert full[0]["reasoning_content"] == "THINK-7f3a check the database log."
     assert "THINK-7f3a" not in json.dumps(trace["events"], ensure_ascii=False)
-    assert trace["run"]["tokens"] == 30 and trace["invocations"][0]["tool_name"] == "query_logs"
+    assert trace["run"]["tokens"] == 45 and trace["invocations"][0]["tool_name"] == "query_logs"
 
 
 def test_rate_limited_then_success(fake_openai: FakeOpenAI, tmp_path: Path) -> None:  # noqa: F811
@@ -75,6 +77,7 @@ def test_rate_limited_then_success(fake_openai: FakeOpenAI, tmp_path: Path) -> N
     model = OpenAICompatModel(base_url=fake_openai.base_url, api_key="k", model="gpt", provider="openai", backoff_s=0.01)
     fake_openai.script(
         [
+            completion(content='{"route": "DIAGNOSIS"}'),
             error(429, "slow down", retry_after="0"),
             completion(tool_calls=[{"id": "call_1", "name": "query_logs", "arguments": '{"query": "ShareLock"}'}]),
             _draft_from_tool_result,
@@ -82,7 +85,7 @@ def test_rate_limited_then_success(fake_openai: FakeOpenAI, tmp_path: Path) -> N
     )
     sc = load_scenario("pg-row-lock")
     out = h.diagnose(sc.question, scenario=sc, model=model)
-    assert len(fake_openai.requests) == 3
+    assert len(fake_openai.requests) == 4
     assert out.release_outcome == "PUBLISHED"
     rows = store.reasoning(out.run_id)
     assert [r["reasoning_available"] for r in rows] == [False, False]  # never invented
@@ -91,11 +94,51 @@ def test_rate_limited_then_success(fake_openai: FakeOpenAI, tmp_path: Path) -> N
 def test_provider_down_ends_in_model_unavailable(fake_openai: FakeOpenAI, tmp_path: Path) -> None:  # noqa: F811
     h, store = _harness(tmp_path)
     model = OpenAICompatModel(base_url=fake_openai.base_url, api_key="k", model="gpt", provider="vllm", max_retries=2, backoff_s=0.01)
-    fake_openai.script([error(500, "boom")] * 3)
+    fake_openai.script([error(500, "boom")] * 30)
     sc = load_scenario("pg-row-lock")
     out = h.diagnose(sc.question, scenario=sc, model=model)
     assert (out.status, out.release_outcome, out.fallback_type) == ("FAILED", "FALLBACK", "MODEL_UNAVAILABLE")
-    assert len(fake_openai.requests) == 3
+    # the router (1 call + 1 retry) fails over to DIAGNOSIS; the agent's step then gives up
+    # after max_retries + 1 attempts
+    assert len(fake_openai.requests) == 2 * 3 + 3
     run = store.get_run(out.run_id)
     assert run is not None and (run.status, run.fallback_type) == ("FAILED", "MODEL_UNAVAILABLE")
     assert out.content is not None and out.content["fallback"]["message"].startswith("The model service was unavailable")
+
+
+def test_llm_judge_and_router_over_http(fake_openai: FakeOpenAI, tmp_path: Path) -> None:  # noqa: F811
+    store = SqlTraceStore(f"sqlite:///{tmp_path / 'trace.db'}")
+    h = Harness(load_settings(data_dir=tmp_path / "home", deadline_s=30, judge="llm"), sink=store)
+    model = OpenAICompatModel(base_url=fake_openai.base_url, api_key="k", model="gpt", provider="openai", backoff_s=0.01)
+    fake_openai.script(
+        [
+            completion(content='{"route": "DIAGNOSIS"}'),
+            completion(tool_calls=[{"id": "call_1", "name": "query_logs", "arguments": '{"query": "ShareLock"}'}]),
+            _draft_from_tool_result,
+            completion(content='{"verdict": "NOT_ENOUGH_INFO", "reason": "the excerpt does not say"}'),
+        ]
+    )
+    sc = load_scenario("pg-row-lock")
+    out = h.diagnose(sc.question, scenario=sc, model=model)
+    # "not enough info" counts as UNSUPPORTED: the draft is withheld
+    assert (out.release_outcome, out.fallback_type) == ("FALLBACK", "SEMANTIC_UNSUPPORTED")
+    router_req, judge_req = fake_openai.requests[0], fake_openai.requests[3]
+    assert "tools" not in router_req and "tools" not in judge_req and judge_req["temperature"] == 0.0
+    assert json.loads(judge_req["messages"][1]["content"])["claim"].startswith("PostgreSQL logs:")
+
+
+def test_llm_judge_garbage_fails_closed(fake_openai: FakeOpenAI, tmp_path: Path) -> None:  # noqa: F811
+    store = SqlTraceStore(f"sqlite:///{tmp_path / 'trace.db'}")
+    h = Harness(load_settings(data_dir=tmp_path / "home", deadline_s=30, judge="llm"), sink=store)
+    model = OpenAICompatModel(base_url=fake_openai.base_url, api_key="k", model="gpt", provider="openai", backoff_s=0.01)
+    fake_openai.script(
+        [
+            completion(content='{"route": "DIAGNOSIS"}'),
+            completion(tool_calls=[{"id": "call_1", "name": "query_logs", "arguments": '{"query": "ShareLock"}'}]),
+            _draft_from_tool_result,
+            completion(content="I think it is probably fine"),
+        ]
+    )
+    sc = load_scenario("pg-row-lock")
+    out = h.diagnose(sc.question, scenario=sc, model=model)
+    assert (out.release_outcome, out.fallback_type) == ("FALLBACK", "GUARD_UNAVAILABLE")

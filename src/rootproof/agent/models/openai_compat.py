@@ -205,7 +205,9 @@ class OpenAICompatModel:
         messages = self._messages(request.messages)
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         as_json = request.mode == "draft" and not self._quirks.forced_tool_choice
-        if as_json:
+        if not request.draft_schema and not request.tools:
+            pass  # a plain completion (router, semantic judge): no tools at all
+        elif as_json:
             schema = json.dumps(request.draft_schema, ensure_ascii=False, sort_keys=True)
             messages.append({"role": "user", "content": DRAFT_AS_JSON_PROMPT.format(schema=schema)})
         else:
