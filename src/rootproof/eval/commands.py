@@ -22,12 +22,14 @@ def register(eval_app: typer.Typer) -> None:
         ] = None,
         seed: Annotated[int, typer.Option(help="Seed for draft generation and mutations.")] = 0,
     ) -> None:
-        """Mutate valid drafts from real runs and count what the guards catch (exit 1 if a target is missed)."""
+        """Mutate valid drafts from real runs and count what the guards catch.
+
+        Exits 0 when the benchmark ran, whatever it found (`targets.met` in the JSON says whether
+        every target held); 1 only on an internal failure.
+        """
         from rootproof.eval.guard import guard_command
 
-        summary = guard_command(json_path, seed=seed)
-        if not summary["targets"]["met"]:
-            raise typer.Exit(1)
+        guard_command(json_path, seed=seed)
 
 
 # -- snapshot benchmark: `eval snapshot`, `eval list`, `eval show` ------------------------------

@@ -387,8 +387,14 @@ class OfflinePlanner:
             label = _label(best.component, best.mechanism, zh)
             rc_ids = []
             ordered = sorted(best.hits, key=lambda sh: -sh[0].weight)
+            shown: set[tuple[str, str]] = set()
             for sig, hits in ordered[:6]:
                 anchors = signal_strings(sig)
+                fresh = [x for x in hits if (x.invocation_id, x.raw_path) not in shown]
+                if not fresh:
+                    continue  # every ref of this signal is already quoted by an earlier claim
+                hits = fresh
+                shown.update((x.invocation_id, x.raw_path) for x in hits[:4])
                 h = hits[0]
                 ex = _excerpt(h.text, anchors)
                 text = f"根因证据（{label}）：“{ex}”" if zh else f"Root cause evidence ({label}): \"{ex}\""
@@ -523,8 +529,11 @@ class OfflinePlanner:
                         row = json.loads(h.text)
                     except json.JSONDecodeError:
                         continue
+                    if isinstance(row, dict) and row.get("blocking_pids"):
+                        blockers = row["blocking_pids"]
+                        return f"pid {blockers[0] if isinstance(blockers, list) else blockers} blocks pid {row.get('pid')} ({row.get('mode', 'lock')} {row.get('locktype', '')})".strip()
                     if isinstance(row, dict) and "pid" in row:
-                        parts = [f"pid {row['pid']}"] + [f"{k}={row[k]}" for k in ("state", "blocking_pids", "application_name") if row.get(k) not in (None, "", [])]
+                        parts = [f"pid {row['pid']}"] + [f"{k}={row[k]}" for k in ("state", "application_name") if row.get(k) not in (None, "", [])]
                         return ", ".join(str(p) for p in parts)
         top = c.top_hits(1)
         return _excerpt(top[0].text, [])[:200] if top else ""
