@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rootproof.kb.backend import KnowledgeBackend
-from rootproof.kb.index import KnowledgeBase, chunk_card
+from rootproof.kb.index import KnowledgeBase, Thresholds, chunk_card
 from rootproof.tools.base import LookupKnowledgeArgs
 from rootproof.tools.refs import enumerate_ref_paths, ref_text
 
@@ -73,6 +73,28 @@ def test_chunks_carry_ids_and_sections(kb: KnowledgeBase) -> None:
     assert [c.chunk_id for c in chunks] == [f"pg-lock-contention#{i}" for i in range(1, 5)]
     assert chunks[0].text.startswith("## Symptoms")
     assert chunks[0].dense_text().startswith("PostgreSQL row lock contention")
+    card = kb.cards["pg-lock-contention"]
+    # The dense text carries the card's tags (cross-language keywords, synonyms).
+    assert card.tags and all(t in chunks[0].dense_text().split("\n")[1] for t in card.tags)
+
+
+def test_fusion_weights_scale_each_channel(kb: KnowledgeBase) -> None:
+    stored = kb.thresholds
+    assert Thresholds.from_dict(stored.as_dict()) == stored
+    assert Thresholds.from_dict({"channels": stored.as_dict()["channels"]}).weight("bm25") == 1.0
+    query = "Redis max number of clients reached"
+    try:
+        # redis-maxclients is first in both channels and the first L0 hint (which weighs 1).
+        kb.thresholds = Thresholds(channels=stored.channels, fusion={"bm25": 0.5, "dense": 2.0})
+        top = kb.search(query, 1).hits[0]
+        assert top.card_id == "redis-maxclients"
+        assert (
+            top.channels["bm25"]["rank"] == top.channels["dense"]["rank"] == top.channels["l0"]["rank"] == 1
+        )
+        assert top.score == pytest.approx((0.5 + 2.0 + 1.0) / 61, abs=1e-6)
+    finally:
+        kb.thresholds = stored
+    assert kb.search(query, 1).hits[0].score == pytest.approx(3.0 / 61, abs=1e-6)
 
 
 def test_backend_result_refs_and_tracker(kb: KnowledgeBase) -> None:

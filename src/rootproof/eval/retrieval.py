@@ -46,6 +46,8 @@ __all__ = [
 ]
 
 EVAL_TOP_K = 10
+FUSION_GRID = (0.5, 0.75, 1.0, 1.5, 2.0)
+"""Keyword-channel RRF weights tried by `calibrate` (the dense channel weighs 1.0)."""
 ABLATIONS: dict[str, tuple[str, ...]] = {"bm25": ("bm25",), "dense": ("dense",), "hybrid": CHANNELS}
 
 
@@ -131,11 +133,31 @@ class Calibration:
     report: dict[str, Any]
 
 
+def _split_mrr(kb: KnowledgeBase, queries: list[EvalQuery], th: Thresholds) -> float:
+    """Hybrid MRR of the answerable `queries` searched with thresholds `th`."""
+    saved = kb.thresholds
+    kb.thresholds = th
+    try:
+        rr: list[float] = []
+        for q in queries:
+            if q.kind != "answerable":
+                continue
+            top = [h.card_id for h in kb.search(q.query, EVAL_TOP_K).hits]
+            first = next((i for i, c in enumerate(top, start=1) if c in q.relevant), None)
+            rr.append(1.0 / first if first else 0.0)
+    finally:
+        kb.thresholds = saved
+    return sum(rr) / len(rr) if rr else 0.0
+
+
 def calibrate(kb: KnowledgeBase, queries: list[EvalQuery]) -> Calibration:
     """Per channel: floor halfway between the highest out-of-domain score and the 10th
     percentile of relevant-card scores (at least 0.02 above the highest ood score);
     HIGHLY_RELEVANT at the median and PRECISE at the 75th percentile of relevant-card scores.
-    A channel without both kinds of calibration queries keeps the stored thresholds."""
+    A channel without both kinds of calibration queries keeps the stored thresholds.
+    Then the keyword channel's RRF weight (dense weighs 1.0): the value of `FUSION_GRID` with
+    the best hybrid MRR on the calibration split, ties going to the weight nearest 1.0 (plain
+    RRF); with no answerable calibration query the stored weights stay."""
     stored = Thresholds.from_dict(THRESHOLDS)
     cal = [q for q in queries if q.split == "calibration"]
     channels: dict[str, ChannelThresholds] = {}
@@ -167,14 +189,28 @@ def calibrate(kb: KnowledgeBase, queries: list[EvalQuery]) -> Calibration:
             "relevant_p10": round(p10, 4),
             "relevant_median": round(statistics.median(pos), 4),
         }
+    fusion = dict(stored.fusion)
+    answerable = [q for q in cal if q.kind == "answerable"]
+    if answerable:
+        grid: dict[float, float] = {}
+        for w in FUSION_GRID:
+            trial = Thresholds(channels=channels, fusion={"bm25": w, "dense": 1.0})
+            grid[w] = round(_split_mrr(kb, answerable, trial), 4)
+        best = max(FUSION_GRID, key=lambda w: (grid[w], -abs(math.log(w))))
+        fusion = {"bm25": best, "dense": 1.0}
+        stats["fusion"] = {
+            "objective": "calibration hybrid mrr",
+            "bm25_weight_mrr": {str(w): m for w, m in grid.items()},
+        }
     derivation = (
         f"calibrated {datetime.now(UTC).date().isoformat()} on the calibration split "
         f"({len(cal)} queries: {sum(q.kind == 'answerable' for q in cal)} answerable, "
         f"{sum(q.kind == 'ood' for q in cal)} ood) over {len(kb.cards)} cards; floor halfway between the "
         "highest ood score and the 10th percentile of relevant-card scores (>= ood max + 0.02), "
-        "HIGHLY_RELEVANT = median, PRECISE = 75th percentile of relevant-card scores"
+        "HIGHLY_RELEVANT = median, PRECISE = 75th percentile of relevant-card scores; "
+        f"keyword RRF weight from {list(FUSION_GRID)} by calibration mrr (ties to 1.0)"
     )
-    th = Thresholds(channels=channels, version=stored.version + 1, derivation=derivation)
+    th = Thresholds(channels=channels, fusion=fusion, version=stored.version + 1, derivation=derivation)
     return Calibration(
         thresholds=th, report={"split": "calibration", "queries": len(cal), "statistics": stats}
     )

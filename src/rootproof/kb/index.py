@@ -1,14 +1,17 @@
 """The knowledge base: chunking, the L0 identifier index, hybrid L1 retrieval, grading, cache.
 
 - Chunks: a card's body split at `##` headings (long sections split further at blank lines);
-  a chunk's `text` is its Markdown, and what is indexed carries the card title (and, for the
-  keyword channel, tags and identifiers) so every chunk has its own context.
+  a chunk's `text` is its Markdown, and what is indexed carries the card title and tags (and,
+  for the keyword channel, identifiers) so every chunk has its own context: tags carry a
+  card's keywords in both languages and common synonyms, which cross-language and paraphrased
+  queries need.
 - L0: identifiers (case-insensitive, NFKC, not glued to letters or digits) found in the query.
   They only hint: a hinted card that L1 also keeps is raised one grade and gets an extra
   fusion term; L0 never brings in a card that L1 did not keep.
 - L1: `KeywordIndex` and dense cosine per chunk; a card's channel score is its best chunk's;
-  the card order is reciprocal rank fusion (k = 60) of the channel rankings, each restricted to
-  the cards that channel scores above its own floor; grades come from the
+  the card order is weighted reciprocal rank fusion (k = 60; per-channel weights calibrated
+  with the thresholds) of the channel rankings, each restricted to the cards that channel
+  scores above its own floor; grades come from the
   channels' own scores against calibrated thresholds (`thresholds.py`); below every floor → no
   result. One result per card (the chunk with the best fused chunk rank).
 - Reranker: a seam (`Reranker`), off by default.
@@ -52,7 +55,7 @@ __all__ = [
     "chunk_card",
 ]
 
-INDEX_VERSION = "kb-index-3"
+INDEX_VERSION = "kb-index-4"
 """Bumped whenever chunking or indexing changes (part of the cache key)."""
 CHANNELS = ("bm25", "dense")
 """The L1 channels."""
@@ -73,9 +76,13 @@ class Chunk:
     title: str
     text: str
     """The chunk's Markdown (what a result shows and cites)."""
+    tags: tuple[str, ...] = ()
+    """The card's tags (both languages and synonyms): context for the dense channel."""
 
     def dense_text(self) -> str:
-        """What is embedded: the title, then the chunk."""
+        """What is embedded: the title, the card's tags, then the chunk."""
+        if self.tags:
+            return f"{self.title}\n{', '.join(self.tags)}\n{self.text}"
         return f"{self.title}\n{self.text}"
 
 
@@ -110,7 +117,7 @@ def chunk_card(card: Card) -> list[Chunk]:
     if not texts:
         texts = [body.strip() or card.title]
     return [
-        Chunk(chunk_id=f"{card.id}#{i}", card_id=card.id, title=card.title, text=t)
+        Chunk(chunk_id=f"{card.id}#{i}", card_id=card.id, title=card.title, text=t, tags=tuple(card.tags))
         for i, t in enumerate(texts, start=1)
     ]
 
@@ -149,8 +156,14 @@ class Thresholds:
     """Grade thresholds per channel, with how they were derived."""
 
     channels: dict[str, ChannelThresholds]
+    fusion: dict[str, float] = field(default_factory=dict)
+    """Per-channel RRF weight (a channel not named weighs 1.0)."""
     version: int = 0
     derivation: str = ""
+
+    def weight(self, channel: str) -> float:
+        """The RRF weight of `channel`."""
+        return self.fusion.get(channel, 1.0)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Thresholds:
@@ -164,6 +177,7 @@ class Thresholds:
                 )
                 for name, v in data["channels"].items()
             },
+            fusion={str(k): float(v) for k, v in data.get("fusion", {}).items()},
             version=int(data.get("version", 0)),
             derivation=str(data.get("derivation", "")),
         )
@@ -174,6 +188,7 @@ class Thresholds:
             "version": self.version,
             "derivation": self.derivation,
             "channels": {k: v.as_dict() for k, v in self.channels.items()},
+            "fusion": dict(self.fusion),
         }
 
 
@@ -382,9 +397,12 @@ class KnowledgeBase:
         fused: dict[str, float] = {}
         for ch in channels:
             floor = self.thresholds.channels[ch].reference
-            voted = [c for c, _ in sorted(cs.ranks[ch].items(), key=lambda kv: kv[1]) if cs.scores[ch][c] >= floor]
+            weight = self.thresholds.weight(ch)
+            voted = [
+                c for c, _ in sorted(cs.ranks[ch].items(), key=lambda kv: kv[1]) if cs.scores[ch][c] >= floor
+            ]
             for r, cid in enumerate(voted, start=1):
-                fused[cid] = fused.get(cid, 0.0) + 1.0 / (RRF_K + r)
+                fused[cid] = fused.get(cid, 0.0) + weight / (RRF_K + r)
         for r, cid in enumerate(hints, start=1):
             if cid in fused:
                 fused[cid] += 1.0 / (RRF_K + r)

@@ -3,7 +3,8 @@
 Each channel's own score is graded: `bm25` is the keyword score divided by the query's score
 bound (sum of query-term weight x idf), in [0, 1); `dense` is the cosine similarity. A result
 is kept when at least one channel reaches its REFERENCE floor; its grade is the best grade any
-channel gives (an L0 identifier hint raises a kept result by one grade).
+channel gives (an L0 identifier hint raises a kept result by one grade). `fusion` holds the
+per-channel weights of the reciprocal rank fusion that orders the kept results.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 THRESHOLDS: dict[str, Any] = {
-    "version": 1,
-    "derivation": "calibrated 2026-11-30 on the calibration split (38 queries: 33 answerable, 5 ood) over 33 cards; floor halfway between the highest ood score and the 10th percentile of relevant-card scores (>= ood max + 0.02), HIGHLY_RELEVANT = median, PRECISE = 75th percentile of relevant-card scores",
+    "version": 2,
+    "derivation": "calibrated 2026-11-30 on the calibration split (38 queries: 33 answerable, 5 ood) over 33 cards; floor halfway between the highest ood score and the 10th percentile of relevant-card scores (>= ood max + 0.02), HIGHLY_RELEVANT = median, PRECISE = 75th percentile of relevant-card scores; keyword RRF weight from [0.5, 0.75, 1.0, 1.5, 2.0] by calibration mrr (ties to 1.0)",
     "channels": {
-        "bm25": {"PRECISE": 0.679, "HIGHLY_RELEVANT": 0.5996, "REFERENCE": 0.4306},
-        "dense": {"PRECISE": 0.5628, "HIGHLY_RELEVANT": 0.4335, "REFERENCE": 0.2199},
+        "bm25": {"PRECISE": 0.6933, "HIGHLY_RELEVANT": 0.6089, "REFERENCE": 0.4103},
+        "dense": {"PRECISE": 0.5398, "HIGHLY_RELEVANT": 0.4466, "REFERENCE": 0.2295},
     },
+    "fusion": {"bm25": 1.0, "dense": 1.0},
 }
