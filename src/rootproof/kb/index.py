@@ -55,14 +55,15 @@ __all__ = [
     "chunk_card",
 ]
 
-INDEX_VERSION = "kb-index-4"
+INDEX_VERSION = "kb-index-6"
 """Bumped whenever chunking or indexing changes (part of the cache key)."""
 CHANNELS = ("bm25", "dense")
 """The L1 channels."""
 Grade = Literal["PRECISE", "HIGHLY_RELEVANT", "REFERENCE"]
 GRADES: tuple[Grade, ...] = ("PRECISE", "HIGHLY_RELEVANT", "REFERENCE")
 """Grades, best first."""
-_MAX_CHUNK = 1500
+_MAX_CHUNK = 900
+"""UTF-8 bytes per chunk: three results must fit in one 4 KiB model observation."""
 _HEADING = re.compile(r"^##(?!#)\s*(.*)$", re.M)
 
 
@@ -86,17 +87,37 @@ class Chunk:
         return f"{self.title}\n{self.text}"
 
 
+def _size(text: str) -> int:
+    return len(text.encode())
+
+
+def _pieces(text: str) -> list[str]:
+    """Paragraphs; a paragraph over the limit is cut at line breaks, then after sentences."""
+    out: list[str] = []
+    for para in re.split(r"\n\s*\n", text):
+        if _size(para) <= _MAX_CHUNK:
+            out.append(para)
+            continue
+        for line in para.split("\n"):
+            if _size(line) <= _MAX_CHUNK:
+                out.append(line)
+                continue
+            out.extend(p for p in re.split(r"(?<=[.;!?。；！？])\s*", line) if p)
+    return out
+
+
 def _split_long(text: str) -> list[str]:
-    if len(text) <= _MAX_CHUNK:
+    """Split a section into chunks of at most `_MAX_CHUNK` UTF-8 bytes where the text allows."""
+    if _size(text) <= _MAX_CHUNK:
         return [text]
     parts: list[str] = []
     cur = ""
-    for para in re.split(r"\n\s*\n", text):
-        if cur and len(cur) + len(para) + 2 > _MAX_CHUNK:
+    for piece in _pieces(text):
+        if cur and _size(cur) + _size(piece) + 2 > _MAX_CHUNK:
             parts.append(cur)
-            cur = para
+            cur = piece
         else:
-            cur = f"{cur}\n\n{para}" if cur else para
+            cur = f"{cur}\n\n{piece}" if cur else piece
     if cur:
         parts.append(cur)
     return parts

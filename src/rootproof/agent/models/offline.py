@@ -39,6 +39,8 @@ ROOT_THRESHOLD = 3.0
 """Seen signal weight a hypothesis needs to become the root cause."""
 MARGIN = 1.5
 """Seen weight the best hypothesis needs over the runner-up."""
+LOOKUP_TOP_K = 3
+"""Results per lookup: three chunks fit whole in a 4 KiB observation, so none is omitted unseen."""
 CONTEXT_WEIGHT = 1.0
 """Signals lighter than this are context: cited when their hypothesis is confirmed, never scored."""
 MAX_CALLS_PER_TOOL = 4
@@ -181,7 +183,7 @@ class OfflinePlanner:
         lookup = " ".join(p for p in (text, str(alert.get("name", "")), str(alert.get("summary", ""))) if p).strip() or question[:500]
         calls: list[ToolCall] = []
         if "lookup_knowledge" in offered:
-            calls.append(ToolCall(id=f"s{step}-0", name="lookup_knowledge", arguments={"query": lookup[:1000], "top_k": 5}))
+            calls.append(ToolCall(id=f"s{step}-0", name="lookup_knowledge", arguments={"query": lookup[:1000], "top_k": LOOKUP_TOP_K}))
         for i, (tool, args) in enumerate(BROAD.items(), start=1):
             if tool in offered:
                 a = dict(args)
@@ -271,17 +273,24 @@ class OfflinePlanner:
         if can_lookup and not confirmed and len(lookups) < MAX_CALLS_PER_TOOL:
             lines = self._error_lines(observations, asked)
             if lines:
-                calls.append(ToolCall(id=f"s{step}-k", name="lookup_knowledge", arguments={"query": " ".join(lines)[:1000], "top_k": 5}))
-        # A differential lookup: knowledge about the leading hypothesis and what it must be told apart
-        # from, when it is not yet confirmed or the runtime evidence is not all in view.
-        if best is not None and best.strong and can_lookup and len(lookups) + len(calls) < MAX_CALLS_PER_TOOL:
+                calls.append(ToolCall(id=f"s{step}-k", name="lookup_knowledge", arguments={"query": " ".join(lines)[:1000], "top_k": LOOKUP_TOP_K}))
+        # Differential lookups: knowledge about what the leading hypothesis must be told apart from
+        # (one lookup per alternative not yet among the candidates), and about the leading
+        # hypothesis itself when only a general card proposed it; while it is not yet confirmed
+        # or the runtime evidence is not all in view.
+        if best is not None and best.strong and can_lookup:
             incomplete = any(o.omitted for o in observations if o.tool != "lookup_knowledge") or any(t.startswith("inspect_") for t in offered)
-            pairs = [best.key, *best.distinguishes_from[:3]]
-            query = "; ".join(_label(p.partition("/")[0], p.partition("/")[2], False) for p in pairs)
-            args_dx: dict[str, Any] = {"query": query, "top_k": 5}
-            if (not confirmed or incomplete) and json.dumps(["lookup_knowledge", args_dx], sort_keys=True) not in done:
-                done.add(json.dumps(["lookup_knowledge", args_dx], sort_keys=True))
-                calls.append(ToolCall(id=f"s{step}-dx", name="lookup_knowledge", arguments=args_dx))
+            keys = {c.key for c in candidates}
+            general = all(len(self.kb.cards[cid].hypotheses) > 2 for cid in best.cards if cid in self.kb.cards)
+            targets = ([best.key] if general else []) + [p for p in best.distinguishes_from if p not in keys]
+            for pair in targets:
+                if not (not confirmed or incomplete) or len(lookups) + sum(1 for c in calls if c.name == "lookup_knowledge") >= MAX_CALLS_PER_TOOL:
+                    break
+                args_dx: dict[str, Any] = {"query": _label(pair.partition("/")[0], pair.partition("/")[2], False), "top_k": LOOKUP_TOP_K}
+                key = json.dumps(["lookup_knowledge", args_dx], sort_keys=True)
+                if key not in done:
+                    done.add(key)
+                    calls.append(ToolCall(id=f"s{step}-dx{len(calls)}", name="lookup_knowledge", arguments=args_dx))
         used["lookup_knowledge"] = used.get("lookup_knowledge", 0) + sum(1 for c in calls if c.name == "lookup_knowledge")
         total += sum(1 for c in calls if c.name == "lookup_knowledge")
         groups: dict[tuple[str, str | None], list[Signal]] = {}
