@@ -11,16 +11,12 @@ instruction-like.
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
+from rootproof.tools.refs import normalize_text as _norm
+
 __all__ = ["AuditFinding", "audit_run"]
-
-
-def _norm(text: str) -> str:
-    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip()
 
 
 @dataclass(kw_only=True)
