@@ -12,7 +12,6 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rootproof.agent.draft import DiagnosisDraft
@@ -30,7 +29,7 @@ from rootproof.guard.semantic import LlmJudge, OfflineJudge, SemanticGuard, Sema
 from rootproof.run.context import RunBudget, RunCancellation, RunContext, ToolScope
 from rootproof.run.events import EventStream, Listener
 from rootproof.run.lifecycle import RunState
-from rootproof.run.records import MemoryTraceSink, RunRecord, TraceSink, utcnow
+from rootproof.run.records import MemoryTraceSink, RunRecord, TraceSink
 from rootproof.settings import Settings
 from rootproof.tools.base import TOOLS, ToolBackend
 
@@ -432,5 +431,3 @@ def memory_harness(settings: Settings, **kwargs: Any) -> Harness:
     """A harness whose trace goes to memory (tests, benchmarks)."""
     return Harness(settings, sink=MemoryTraceSink(), **kwargs)
 
-
-_ = (utcnow, Path)
