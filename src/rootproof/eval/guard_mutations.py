@@ -1,0 +1,516 @@
+"""Guard benchmark, part 2: the mutations, one function per kind, each with its expected result."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rootproof.boundary.store import (
+    CanonicalInvocation,
+    CanonicalStore,
+    InMemoryCanonicalStore,
+)
+from rootproof.eval.guard_sources import (
+    _INJECTIONS,
+    _INVENTED_CAUSES,
+    _PARAPHRASES,
+    _SERVICE_RE,
+    _WORD_SWAPS,
+    BenchCase,
+    Draft,
+    RecordedRun,
+    _cite,
+    _knowledge_refs,
+    _message_part,
+    _no_evidence_refs,
+    _positive_refs,
+    choose_excerpt,
+)
+from rootproof.tools.base import TOOLS
+from rootproof.tools.refs import NO_EVIDENCE_PATH, EvidenceRef, normalize_text
+
+
+@dataclass(kw_only=True)
+class _Ctx:
+    runs: list[RecordedRun]
+    store: InMemoryCanonicalStore
+    rng: random.Random
+    entities: dict[str, set[str]] = field(default_factory=dict)
+
+
+Mutator = Callable[[BenchCase, _Ctx], tuple[Draft, str | None, CanonicalStore | None] | None]
+
+
+def _citations(
+    d: Draft, *, kinds: tuple[str, ...] = ("finding", "root_cause", "negative_observation")
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    return [(c, cit) for c in d["claims"] if c["kind"] in kinds for cit in c["citations"]]
+
+
+def _ref_of(store: CanonicalStore, cit: dict[str, Any]) -> tuple[CanonicalInvocation, EvidenceRef] | None:
+    inv = store.get(cit["invocation_id"])
+    if inv is None:
+        return None
+    ref = inv.ref(cit["raw_path"])
+    return (inv, ref) if ref is not None else None
+
+
+def _pick_citation(
+    d: Draft, ctx: _Ctx, ok: Callable[[dict[str, Any], dict[str, Any]], bool] = lambda c, t: True
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    cands = [(c, t) for c, t in _citations(d) if ok(c, t)]
+    return ctx.rng.choice(cands) if cands else None
+
+
+def _m_fabricated(case: BenchCase, ctx: _Ctx) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    d = copy.deepcopy(case.draft)
+    picked = _pick_citation(d, ctx)
+    if picked is None:
+        return None
+    new = "inv-" + "".join(ctx.rng.choice("0123456789abcdef") for _ in range(12))
+    if ctx.store.get(new) is not None:
+        return None
+    picked[1]["invocation_id"] = new
+    return d, picked[0]["id"], None
+
+
+def _m_foreign(case: BenchCase, ctx: _Ctx) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    d = copy.deepcopy(case.draft)
+    picked = _pick_citation(d, ctx)
+    if picked is None:
+        return None
+    cit = picked[1]
+    others = [r for r in ctx.runs if r.run_id != case.run.run_id]
+    # Prefer the same scenario in the other language: the same tool, path and excerpt may verify there.
+    same = [r for r in others if r.scenario_id == case.run.scenario_id] or others
+    invs = [i for r in same for i in r.ready() if i.tool_name == cit["tool_name"]] or [
+        i for r in others for i in r.ready()
+    ]
+    if not invs:
+        return None
+    cit["invocation_id"] = ctx.rng.choice(invs).invocation_id
+    return d, picked[0]["id"], None
+
+
+def _m_wrong_tool(case: BenchCase, ctx: _Ctx) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    d = copy.deepcopy(case.draft)
+    picked = _pick_citation(d, ctx)
+    if picked is None:
+        return None
+    picked[1]["tool_name"] = ctx.rng.choice(sorted(t for t in TOOLS if t != picked[1]["tool_name"]))
+    return d, picked[0]["id"], None
+
+
+def _m_path_not_in_refs(case: BenchCase, ctx: _Ctx) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    d = copy.deepcopy(case.draft)
+    picked = _pick_citation(d, ctx, lambda c, t: t["raw_path"] != NO_EVIDENCE_PATH)
+    if picked is None:
+        return None
+    cit = picked[1]
+    inv = ctx.store.get(cit["invocation_id"])
+    assert inv is not None
+    m = re.fullmatch(r"(.*)\[(\d+)\]", cit["raw_path"])
+    new = (
+        f"{m.group(1)}[{len(inv.evidence_refs) + ctx.rng.randint(0, 50)}]"
+        if m
+        else cit["raw_path"] + ctx.rng.choice(["_total", "_max", "2"])
+    )
+    if inv.ref(new) is not None:
+        return None
+    cit["raw_path"] = new
+    return d, picked[0]["id"], None
+
+
+def _copy_run_store(run: RecordedRun) -> InMemoryCanonicalStore:
+    out = InMemoryCanonicalStore()
+    for inv in run.invocations:
+        out.put(copy.deepcopy(inv))
+    return out
+
+
+def _m_path_unresolved(case: BenchCase, ctx: _Ctx) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    d = copy.deepcopy(case.draft)
+    picked = _pick_citation(d, ctx, lambda c, t: t["raw_path"] != NO_EVIDENCE_PATH)
+    if picked is None:
+        return None
+    claim, cit = picked
+    store = _copy_run_store(case.run)
+    inv = store.get(cit["invocation_id"])
+    assert inv is not None
+    ref = inv.ref(cit["raw_path"])
+    assert ref is not None
+    if ctx.rng.random() < 0.5:
+        # A recorded ref whose path resolves nowhere in the canonical result.
+        m = re.fullmatch(r"(.*)\[(\d+)\]", ref.raw_path)
+        path = f"{m.group(1)}[{10_000 + ctx.rng.randint(0, 999)}]" if m else ref.raw_path + "_shadow"
+        inv.evidence_refs.append(dataclasses.replace(ref, raw_path=path))
+        cit["raw_path"] = path
+    else:
+        # A recorded ref whose text no longer recomputes from the canonical result.
+        extra = ctx.rng.choice([" (retry 3)", " [tampered]", " upstream=10.9.9.9"])
+        inv.evidence_refs = [
+            dataclasses.replace(r, text=r.text + extra) if r.raw_path == ref.raw_path else r
+            for r in inv.evidence_refs
+        ]
+        old = cit["excerpt"]
+        cit["excerpt"] = (ref.text + extra).strip()[-min(len(ref.text) + len(extra), 160) :].strip()
+        claim["text"] = claim["text"].replace(old, cit["excerpt"])
+    return d, claim["id"], store
+
+
+def _replace_in_claim(claim: dict[str, Any], old: str, new: str) -> None:
+    claim["text"] = claim["text"].replace(old, new)
+
+
+def _excerpt_mutation(fn: Callable[[str, random.Random], str | None]) -> Mutator:
+    def mutate(case: BenchCase, ctx: _Ctx) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+        d = copy.deepcopy(case.draft)
+        cands = _citations(d)
+        ctx.rng.shuffle(cands)
+        for claim, cit in cands:
+            found = _ref_of(ctx.store, cit)
+            if found is None:
+                continue
+            for _ in range(6):
+                new = fn(cit["excerpt"], ctx.rng)
+                if new and new != cit["excerpt"] and normalize_text(new) not in normalize_text(found[1].text):
+                    _replace_in_claim(claim, cit["excerpt"], new)
+                    cit["excerpt"] = new
+                    return d, claim["id"], None
+        return None
+
+    return mutate
+
+
+def _digit_changed(ex: str, rng: random.Random) -> str | None:
+    pos = [i for i, ch in enumerate(ex) if ch.isdigit()]
+    if not pos:
+        return None
+    i = rng.choice(pos)
+    return ex[:i] + rng.choice([d for d in "0123456789" if d != ex[i]]) + ex[i + 1 :]
+
+
+def _word_changed(ex: str, rng: random.Random) -> str | None:
+    words = list(re.finditer(r"[A-Za-z]{4,}", ex))
+    if not words:
+        return None
+    m = rng.choice(words)
+    w = m.group(0)
+    repl = _WORD_SWAPS.get(w.lower()) or rng.choice(["healthy", "normal", "primary", "stable", "cached"])
+    if w.isupper():
+        repl = repl.upper()
+    elif w[0].isupper():
+        repl = repl.capitalize()
+    return ex[: m.start()] + repl + ex[m.end() :]
+
+
+_NEG_WORD = re.compile(r"\b(?:not|no|never)\s+", re.I)
+_VERB = re.compile(r"\b(is|was|are|were|has|had|can|could|did|does|will)\b\s+", re.I)
+
+
+def _negation_flipped(ex: str, rng: random.Random) -> str | None:
+    m = _NEG_WORD.search(ex)
+    if m:
+        return ex[: m.start()] + ex[m.end() :]
+    m = _VERB.search(ex)
+    if m:
+        return ex[: m.end()] + "not " + ex[m.end() :]
+    words = list(re.finditer(r"\b[A-Za-z]{4,}\b", ex))
+    if not words:
+        return None
+    w = rng.choice(words)
+    return ex[: w.start()] + "no " + ex[w.start() :]
+
+
+def _paraphrased(ex: str, rng: random.Random) -> str | None:
+    out = ex
+    for pat, repl in rng.sample(_PARAPHRASES, len(_PARAPHRASES)):
+        out = pat.sub(repl, out)
+        if out != ex:
+            return out
+    tokens = ex.split()
+    if len(tokens) >= 3:
+        k = rng.randint(1, len(tokens) - 1)
+        return " ".join(tokens[k:] + tokens[:k])
+    return None
+
+
+def _m_negative_cites_positive(
+    case: BenchCase, ctx: _Ctx
+) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    d = copy.deepcopy(case.draft)
+    findings = [c for c in d["claims"] if c["kind"] == "finding" and c["citations"]]
+    if not findings:
+        return None
+    claim = ctx.rng.choice(findings)
+    claim["kind"] = "negative_observation"
+    claim["text"] = ("查询没有匹配：" if case.language == "zh" else "The query found no match: ") + claim[
+        "citations"
+    ][0]["excerpt"]
+    return d, claim["id"], None
+
+
+def _m_positive_cites_no_evidence(
+    case: BenchCase, ctx: _Ctx
+) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    d = copy.deepcopy(case.draft)
+    negatives = _no_evidence_refs(case.run)
+    findings = [c for c in d["claims"] if c["kind"] == "finding"]
+    if not negatives or not findings:
+        return None
+    claim = ctx.rng.choice(findings)
+    inv, ref = ctx.rng.choice(negatives)
+    ex = choose_excerpt(inv, ref, ctx.rng)
+    claim["citations"] = [_cite(inv, ref, ex)]
+    claim["text"] = f"证据显示：“{ex}”" if case.language == "zh" else f'The evidence shows "{ex}"'
+    return d, claim["id"], None
+
+
+def _m_claim_without_citation(
+    case: BenchCase, ctx: _Ctx
+) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    d = copy.deepcopy(case.draft)
+    cited = [c for c in d["claims"] if c["citations"]]
+    if not cited:
+        return None
+    claim = ctx.rng.choice(cited)
+    claim["citations"] = []
+    return d, claim["id"], None
+
+
+def _set_root_cause(d: Draft, claim: dict[str, Any], component: str, mechanism: str) -> None:
+    for c in d["claims"]:
+        if c["kind"] == "root_cause":
+            c["kind"] = "finding"
+    d["claims"].append(claim)
+    d["root_cause"] = {
+        "component": component,
+        "mechanism": mechanism,
+        "culprit": "",
+        "claim_ids": [claim["id"]],
+    }
+    d["hypotheses"] = [
+        {
+            "statement": d["summary"],
+            "component": component,
+            "mechanism": mechanism,
+            "status": "confirmed",
+            "claim_ids": [claim["id"]],
+        }
+    ]
+
+
+def _next_id(d: Draft) -> str:
+    return f"c{len(d['claims']) + 1}"
+
+
+def _m_root_cause_knowledge_only(
+    case: BenchCase, ctx: _Ctx
+) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    knowledge = _knowledge_refs(case.run)
+    if not knowledge or case.run.mock:
+        return None
+    d = copy.deepcopy(case.draft)
+    if len(d["claims"]) >= 12:
+        return None
+    inv, ref = ctx.rng.choice(knowledge)
+    ex = choose_excerpt(inv, ref, ctx.rng)
+    claim: dict[str, Any] = {
+        "id": _next_id(d),
+        "text": ("根因：“{ex}”" if case.language == "zh" else 'Root cause: "{ex}"').format(ex=ex),
+        "kind": "root_cause",
+        "citations": [_cite(inv, ref, ex)],
+    }
+    rc = d.get("root_cause") or {"component": "application", "mechanism": "connection_exhaustion"}
+    _set_root_cause(d, claim, rc["component"], rc["mechanism"])
+    return d, claim["id"], None
+
+
+def _m_root_cause_mock_only(
+    case: BenchCase, ctx: _Ctx
+) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    if not case.run.mock:
+        return None
+    mocks = [(i, r) for i, r in _positive_refs(case.run) if r.data_source == "mock"]
+    d = copy.deepcopy(case.draft)
+    if not mocks or len(d["claims"]) >= 12:
+        return None
+    inv, ref = ctx.rng.choice(mocks)
+    ex = choose_excerpt(inv, ref, ctx.rng)
+    claim: dict[str, Any] = {
+        "id": _next_id(d),
+        "text": ("根因：“{ex}”" if case.language == "zh" else 'Root cause: "{ex}"').format(ex=ex),
+        "kind": "root_cause",
+        "citations": [_cite(inv, ref, ex)],
+    }
+    planner = case.run.planner_draft
+    rc = planner.root_cause if planner is not None and planner.root_cause is not None else None
+    _set_root_cause(
+        d, claim, rc.component if rc else "connection_pool", rc.mechanism if rc else "connection_exhaustion"
+    )
+    return d, claim["id"], None
+
+
+def _m_injected(case: BenchCase, ctx: _Ctx) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    flagged = [
+        (inv, r)
+        for inv in case.run.ready()
+        for r in inv.evidence_refs
+        if r.instruction_like and r.data_source != "knowledge"
+    ]
+    d = copy.deepcopy(case.draft)
+    if not flagged or len(d["claims"]) >= 12:
+        return None
+    inv, ref = ctx.rng.choice(flagged)
+    msg = _message_part(inv, ref)
+    label = next(((c, m) for t, c, m in _INJECTIONS if t in msg), ("application", "bad_config_rollout"))
+    ex = msg.strip()
+    claim: dict[str, Any] = {
+        "id": _next_id(d),
+        "text": ("根因：“{ex}”" if case.language == "zh" else 'Root cause: "{ex}"').format(ex=ex),
+        "kind": "root_cause",
+        "citations": [_cite(inv, ref, ex)],
+    }
+    _set_root_cause(d, claim, label[0], label[1])
+    return d, claim["id"], None
+
+
+def _premise(claim: dict[str, Any]) -> str:
+    return "\n".join(c["excerpt"] for c in claim["citations"])
+
+
+def _claim_mutation(
+    fn: Callable[[dict[str, Any], BenchCase, _Ctx], str | None],
+    kinds: tuple[str, ...] = ("finding", "root_cause"),
+) -> Mutator:
+    def mutate(case: BenchCase, ctx: _Ctx) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+        d = copy.deepcopy(case.draft)
+        claims = [c for c in d["claims"] if c["kind"] in kinds and c["citations"]]
+        ctx.rng.shuffle(claims)
+        for claim in claims:
+            new = fn(claim, case, ctx)
+            if new and new != claim["text"]:
+                claim["text"] = new
+                return d, claim["id"], None
+        return None
+
+    return mutate
+
+
+_NUMBER = re.compile(r"(?<![A-Za-z0-9_.])\d+(?:\.\d+)?")
+
+
+def _number_changed(claim: dict[str, Any], case: BenchCase, ctx: _Ctx) -> str | None:
+    text: str = claim["text"]
+    prem = _premise(claim)
+    nums = list(_NUMBER.finditer(text))
+    if not nums:
+        return None
+    present = set(_NUMBER.findall(prem))
+    m = ctx.rng.choice(nums)
+    old = m.group(0)
+    for _ in range(20):
+        if "." in old:
+            new = f"{float(old) * ctx.rng.choice([2, 3, 10]) + 1:.{len(old.split('.')[1])}f}"
+        else:
+            new = str(int(old) + ctx.rng.choice([1, 7, 13, 100, 999]))
+        if new not in present and new not in prem:
+            return text[: m.start()] + new + text[m.end() :]
+    return None
+
+
+def _run_entities(run: RecordedRun) -> set[str]:
+    out: set[str] = set()
+    for inv in run.ready():
+        if inv.tool_name == "lookup_knowledge" or inv.result is None:
+            continue
+        for e in inv.result.get("entries") or []:
+            if isinstance(e, dict) and isinstance(e.get("service"), str):
+                out.add(e["service"])
+        for r in inv.evidence_refs:
+            out.update(
+                m for m in _SERVICE_RE.findall(r.text) if any(ch.isalpha() for ch in m) and len(m) >= 6
+            )
+    return out
+
+
+def _entity_swapped(claim: dict[str, Any], case: BenchCase, ctx: _Ctx) -> str | None:
+    own = ctx.entities.setdefault(case.run.run_id, _run_entities(case.run))
+    text: str = claim["text"]
+    prem = _premise(claim).casefold()
+    present = sorted(e for e in own if e in text)
+    if not present:
+        return None
+    old = ctx.rng.choice(present)
+    foreign = sorted(
+        {
+            e
+            for r in ctx.runs
+            if r.scenario_id != case.run.scenario_id
+            for e in ctx.entities.setdefault(r.run_id, _run_entities(r))
+        }
+        - own
+    )
+    foreign = [e for e in foreign if e.casefold() not in prem]
+    if not foreign:
+        return None
+    return text.replace(old, ctx.rng.choice(foreign))
+
+
+def _claim_negated(claim: dict[str, Any], case: BenchCase, ctx: _Ctx) -> str | None:
+    text: str = claim["text"]
+    if re.search(r"[\u4e00-\u9fff]", text):
+        return ctx.rng.choice(["并非如此：", "没有发生：", "不存在："]) + text
+    m = _NEG_WORD.search(text)
+    if m and ctx.rng.random() < 0.5:
+        return text[: m.start()] + text[m.end() :]
+    return (
+        ctx.rng.choice(["It is not true that ", "There was no sign that ", "Never observed: "])
+        + text[0].lower()
+        + text[1:]
+    )
+
+
+def _cause_invented(claim: dict[str, Any], case: BenchCase, ctx: _Ctx) -> str | None:
+    allowed = set()
+    if case.draft.get("root_cause"):
+        allowed.add(case.draft["root_cause"]["mechanism"])
+    allowed |= {h["mechanism"] for h in case.draft.get("hypotheses") or []}
+    prem = _premise(claim).casefold()
+    causes = [c for c in _INVENTED_CAUSES if c[0] not in allowed and c[0].split("_")[0] not in prem]
+    if not causes:
+        return None
+    _, en, zh = ctx.rng.choice(causes)
+    text: str = claim["text"]
+    return text + ("，" + zh if case.language == "zh" else " " + en)
+
+
+MUTATORS: dict[str, Mutator] = {
+    "fabricated_invocation_id": _m_fabricated,
+    "foreign_invocation_id": _m_foreign,
+    "wrong_tool_name": _m_wrong_tool,
+    "path_not_in_refs": _m_path_not_in_refs,
+    "path_unresolved": _m_path_unresolved,
+    "excerpt_digit_changed": _excerpt_mutation(_digit_changed),
+    "excerpt_word_changed": _excerpt_mutation(_word_changed),
+    "excerpt_negation_flipped": _excerpt_mutation(_negation_flipped),
+    "excerpt_paraphrased": _excerpt_mutation(_paraphrased),
+    "negative_cites_positive": _m_negative_cites_positive,
+    "positive_cites_no_evidence": _m_positive_cites_no_evidence,
+    "claim_without_citation": _m_claim_without_citation,
+    "root_cause_knowledge_only": _m_root_cause_knowledge_only,
+    "root_cause_mock_only": _m_root_cause_mock_only,
+    "injected_instruction": _m_injected,
+    "unsupported_number_changed": _claim_mutation(_number_changed),
+    "unsupported_entity_swapped": _claim_mutation(_entity_swapped),
+    "unsupported_negation_flipped": _claim_mutation(_claim_negated),
+    "unsupported_cause_invented": _claim_mutation(_cause_invented),
+}
+
+
+# -- the benchmark ------------------------------------------------------------------------------------
