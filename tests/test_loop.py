@@ -87,7 +87,7 @@ def test_cancellation_mid_tool(harness: Harness, monkeypatch: pytest.MonkeyPatch
     real = snapshot.SnapshotBackend.call
 
     def slow(self: Any, *a: Any, **k: Any) -> Any:
-        time.sleep(2)
+        time.sleep(4)
         return real(self, *a, **k)
 
     monkeypatch.setattr(snapshot.SnapshotBackend, "call", slow)
@@ -96,7 +96,7 @@ def test_cancellation_mid_tool(harness: Harness, monkeypatch: pytest.MonkeyPatch
     threading.Timer(0.2, cancel.cancel, args=("user",)).start()
     t0 = time.monotonic()
     out = harness.diagnose(sc.question, scenario=sc, model=ScriptedModel([ScriptedStep(calls=[("query_logs", {})])]), cancellation=cancel)
-    assert time.monotonic() - t0 < 1.5
+    assert time.monotonic() - t0 < 3.0  # interrupted, not waited out
     assert (out.status, out.release_outcome, out.content) == ("CANCELLED", "NONE", None)
     types = [e["type"] for e in out.events]
     assert "content" not in types and types[-1] == "done"
