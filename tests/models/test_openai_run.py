@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rootproof.agent.models.openai_compat import OpenAICompatModel
 from rootproof.harness import Harness
 from rootproof.scenarios.loader import load_scenario
@@ -106,7 +108,14 @@ def test_provider_down_ends_in_model_unavailable(fake_openai: FakeOpenAI, tmp_pa
     assert out.content is not None and out.content["fallback"]["message"].startswith("The model service was unavailable")
 
 
-def test_llm_judge_and_router_over_http(fake_openai: FakeOpenAI, tmp_path: Path) -> None:  # noqa: F811
+@pytest.mark.parametrize(
+    ("judge_reply", "fallback"),
+    [
+        ('{"verdict": "NOT_ENOUGH_INFO", "reason": "the excerpt does not say"}', "SEMANTIC_UNSUPPORTED"),
+        ("I think it is probably fine", "GUARD_UNAVAILABLE"),  # unparseable: fail closed
+    ],
+)
+def test_llm_judge_and_router_over_http(fake_openai: FakeOpenAI, tmp_path: Path, judge_reply: str, fallback: str) -> None:  # noqa: F811
     store = SqlTraceStore(f"sqlite:///{tmp_path / 'trace.db'}")
     h = Harness(load_settings(data_dir=tmp_path / "home", deadline_s=30, judge="llm"), sink=store)
     model = OpenAICompatModel(base_url=fake_openai.base_url, api_key="k", model="gpt", provider="openai", backoff_s=0.01)
@@ -115,30 +124,13 @@ def test_llm_judge_and_router_over_http(fake_openai: FakeOpenAI, tmp_path: Path)
             completion(content='{"route": "DIAGNOSIS"}'),
             completion(tool_calls=[{"id": "call_1", "name": "query_logs", "arguments": '{"query": "ShareLock"}'}]),
             _draft_from_tool_result,
-            completion(content='{"verdict": "NOT_ENOUGH_INFO", "reason": "the excerpt does not say"}'),
+            completion(content=judge_reply),
         ]
     )
     sc = load_scenario("pg-row-lock")
     out = h.diagnose(sc.question, scenario=sc, model=model)
-    # "not enough info" counts as UNSUPPORTED: the draft is withheld
-    assert (out.release_outcome, out.fallback_type) == ("FALLBACK", "SEMANTIC_UNSUPPORTED")
+    # "not enough info" counts as UNSUPPORTED; output that does not parse withholds the draft too
+    assert (out.release_outcome, out.fallback_type) == ("FALLBACK", fallback)
     router_req, judge_req = fake_openai.requests[0], fake_openai.requests[3]
     assert "tools" not in router_req and "tools" not in judge_req and judge_req["temperature"] == 0.0
     assert json.loads(judge_req["messages"][1]["content"])["claim"].startswith("PostgreSQL logs:")
-
-
-def test_llm_judge_garbage_fails_closed(fake_openai: FakeOpenAI, tmp_path: Path) -> None:  # noqa: F811
-    store = SqlTraceStore(f"sqlite:///{tmp_path / 'trace.db'}")
-    h = Harness(load_settings(data_dir=tmp_path / "home", deadline_s=30, judge="llm"), sink=store)
-    model = OpenAICompatModel(base_url=fake_openai.base_url, api_key="k", model="gpt", provider="openai", backoff_s=0.01)
-    fake_openai.script(
-        [
-            completion(content='{"route": "DIAGNOSIS"}'),
-            completion(tool_calls=[{"id": "call_1", "name": "query_logs", "arguments": '{"query": "ShareLock"}'}]),
-            _draft_from_tool_result,
-            completion(content="I think it is probably fine"),
-        ]
-    )
-    sc = load_scenario("pg-row-lock")
-    out = h.diagnose(sc.question, scenario=sc, model=model)
-    assert (out.release_outcome, out.fallback_type) == ("FALLBACK", "GUARD_UNAVAILABLE")
