@@ -35,7 +35,7 @@ from rootproof.tools.base import TOOLS, ToolBackend
 
 if TYPE_CHECKING:
     from rootproof.kb import KnowledgeBase
-    from rootproof.scenarios.loader import Scenario
+    from rootproof.scenarios.types import Scenario
 
 __all__ = ["Harness", "RunOutcome"]
 

@@ -5,6 +5,13 @@ See `scenario-format.md`. `load_scenario` gives the agent phase what it may see;
 """
 
 from rootproof.scenarios.loader import (
+    list_scenarios,
+    load_ground_truth,
+    load_scenario,
+    scenario_folder,
+    validate_scenario,
+)
+from rootproof.scenarios.types import (
     Alert,
     Alternative,
     ExpectedOutcome,
@@ -20,11 +27,6 @@ from rootproof.scenarios.loader import (
     Scenario,
     ToolResponses,
     format_timestamp,
-    list_scenarios,
-    load_ground_truth,
-    load_scenario,
-    scenario_folder,
-    validate_scenario,
 )
 
 __all__ = [

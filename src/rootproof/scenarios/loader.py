@@ -42,34 +42,12 @@ from rootproof.scenarios.types import (
     Row,
     Scenario,
     ToolResponses,
-    format_timestamp,
 )
 from rootproof.scenarios.yamlio import YamlDocument, load_yaml
 from rootproof.taxonomy import RECOVERY_ACTIONS
 from rootproof.tools.refs import fmt_value
 
-__all__ = [
-    "Alert",
-    "Alternative",
-    "ExpectedOutcome",
-    "GroundTruth",
-    "LogEntry",
-    "LogLine",
-    "MetricSeries",
-    "Recovery",
-    "RedHerring",
-    "RequiredEvidence",
-    "RootCause",
-    "Row",
-    "Scenario",
-    "ToolResponses",
-    "format_timestamp",
-    "list_scenarios",
-    "load_ground_truth",
-    "load_scenario",
-    "scenario_folder",
-    "validate_scenario",
-]
+__all__ = ["list_scenarios", "load_ground_truth", "load_scenario", "scenario_folder", "validate_scenario"]
 
 SCENARIO_FILE = "scenario.yaml"
 RESPONSES_FILE = "snapshot/tool_responses.yaml"

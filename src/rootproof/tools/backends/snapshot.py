@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from rootproof.errors import BackendError
-from rootproof.scenarios.loader import LogLine, Row, Scenario, format_timestamp
+from rootproof.scenarios.types import LogLine, Row, Scenario, format_timestamp
 from rootproof.tools.base import (
     LEVEL_ORDER,
     TOOLS,
