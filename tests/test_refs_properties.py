@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from rootproof.boundary.boundary import scope_key
@@ -26,6 +26,8 @@ def test_every_enumerated_path_resolves_and_renders(settings: dict[str, object],
 
 
 @given(keys)
+@example("\\")
+@example("it's a \\'key'")
 def test_key_segments_parse_back(key: str) -> None:
     segs = parse_path("$" + key_segment(key))
     assert segs == [key]

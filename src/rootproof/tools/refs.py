@@ -115,7 +115,7 @@ def parse_path(path: str) -> list[str | int] | None:
         elif m.group(2) is not None:
             out.append(int(m.group(2)))
         else:
-            out.append(m.group(3).replace("\\'", "'"))
+            out.append(re.sub(r"\\(.)", r"\1", m.group(3), flags=re.S))
         pos = m.end()
     return out
 
@@ -124,7 +124,7 @@ def key_segment(key: str) -> str:
     """A mapping key as a path segment (`.name` or `['odd key']`)."""
     if re.fullmatch(r"[A-Za-z0-9_\-]+", key):
         return "." + key
-    return "['" + key.replace("'", "\\'") + "']"
+    return "['" + key.replace("\\", "\\\\").replace("'", "\\'") + "']"
 
 
 _MISSING = object()
