@@ -131,20 +131,6 @@ def _print_content(content: dict[str, Any] | None) -> None:
     print(f"  verified sources: {len(content.get('verified_sources', []))}")
 
 
-def _read_alert(path: Path) -> dict[str, Any]:
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: alert file not found") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML or JSON: {exc}") from None
-    if not isinstance(data, dict) or not data.get("name"):
-        raise ConfigError(f"{path}: field name: an alert needs at least a name (and ideally service, severity, summary)")
-    return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in data.items()}
-
-
 @app.command()
 @guarded
 def diagnose(
@@ -158,19 +144,23 @@ def diagnose(
     if model is not None and model not in ("offline", "openai"):
         raise UsageError(f"--model: expected offline or openai (got {model!r})")
     sc = _scenario(scenario)
-    alert_data = _read_alert(alert) if alert else None
-    if alert_data is None and sc is not None and sc.alert is not None and not question:
-        alert_data = None
-    text = question or (str(alert_data.get("summary") or alert_data.get("name")) if alert_data else None) or (sc.question if sc is not None else None)
-    if not text:
+    from rootproof.alerts import AlertPayload, as_payload, load_alert_file
+
+    payload: AlertPayload | None = None
+    if alert is not None:
+        payload = load_alert_file(alert)
+    elif sc is not None:
+        payload = as_payload(sc.alert, source=f"{sc.id}: scenario.yaml alert")
+    text = question or ("" if alert is not None else None) or (sc.question if sc is not None else None)
+    if text is None or (not text and payload is None):
         raise UsageError("no question: give QUESTION, --alert FILE or a --scenario with a question")
     if sc is None:
         from rootproof.agent.router import Route, offline_route
 
-        if alert_data is not None or offline_route(text, incident_scope=False) is Route.DIAGNOSIS:
+        if payload is not None or offline_route(text, incident_scope=False) is Route.DIAGNOSIS:
             raise UsageError("diagnosis needs evidence: give --scenario ID|DIR (no live backend is configured)")
     h = _harness()
-    out = h.diagnose(text, scenario=sc, alert=alert_data, model=model, listeners=[_status_line])
+    out = h.diagnose(text, scenario=sc, alert=payload, model=model, listeners=[_status_line])
     if as_json:
         emit_json(out.public())
     else:

@@ -3,7 +3,8 @@
     RootproofError
     ├── ConfigError            a setting or input file is wrong (exit 2)
     │   ├── ScenarioError      a scenario folder or file is malformed (file, field, expected)
-    │   └── CardError          a knowledge card is malformed (file, field, expected)
+    │   ├── CardError          a knowledge card is malformed (file, field, expected)
+    │   └── AlertError         an alert payload is malformed (the field at fault)
     ├── UsageError             the caller asked for something that does not exist (exit 2)
     ├── RunError               a run cannot continue
     │   ├── IllegalTransition  the lifecycle was asked for an edge it does not have
@@ -20,6 +21,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "AlertError",
     "BackendError",
     "BudgetExhausted",
     "CardError",
@@ -52,6 +54,15 @@ class ScenarioError(ConfigError):
 
 class CardError(ConfigError):
     """A knowledge card is malformed; the message names the file, the field and what is expected."""
+
+
+class AlertError(ConfigError):
+    """An alert payload is malformed; the message names the field at fault (`alerts[1].startsAt`)."""
+
+    def __init__(self, field: str, problem: str, *, source: str = "") -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{source + ': ' if source else ''}{field}: {problem}")
 
 
 class UsageError(RootproofError):

@@ -19,9 +19,11 @@ from rootproof.agent.loop import LoopResult, run_agent
 from rootproof.agent.models.base import Model, ToolSpec
 from rootproof.agent.prompts import load_prompt, prompt_audit
 from rootproof.agent.router import Route, route
+from rootproof.alerts import AlertPayload, as_payload
 from rootproof.boundary.boundary import CircuitBreaker, ToolBoundary, ToolCallRequest, ToolOutcome
 from rootproof.boundary.store import CanonicalStore, InMemoryCanonicalStore
 from rootproof.errors import ConfigError, UsageError
+from rootproof.guard.aiops import evaluate_aiops
 from rootproof.guard.evidence import EvidenceGuardResult
 from rootproof.guard.fallback import FallbackType, SafeFallbackFactory
 from rootproof.guard.release import ReleaseDecision, release_draft, tool_trace_summary
@@ -35,7 +37,7 @@ from rootproof.tools.base import TOOLS, ToolBackend
 
 if TYPE_CHECKING:
     from rootproof.kb import KnowledgeBase
-    from rootproof.scenarios.types import Scenario
+    from rootproof.scenarios.types import Alert, Scenario
 
 __all__ = ["Harness", "RunOutcome"]
 
@@ -62,10 +64,13 @@ class RunOutcome:
     semantic: SemanticResult | None = None
     outcomes: list[ToolOutcome] = field(default_factory=list)
     loop_end: str | None = None
+    alert: AlertPayload | None = None
+    aiops_rule_evaluation: dict[str, Any] | None = None
+    """Alert mode only: `self_evaluation.aiops_rule_evaluation`."""
 
     def public(self) -> dict[str, Any]:
-        """What `diagnose --json` prints."""
-        return {
+        """What `diagnose --json` prints (alert mode adds the AIOps rule evaluation)."""
+        out: dict[str, Any] = {
             "run_id": self.run_id,
             "session_id": self.session_id,
             "status": self.status,
@@ -75,6 +80,9 @@ class RunOutcome:
             "duration_ms": self.duration_ms,
             "tokens": self.tokens,
         }
+        if self.alert is not None:
+            out["aiops_rule_evaluation"] = self.aiops_rule_evaluation
+        return out
 
 
 def _language_of(text: str) -> str:
@@ -210,15 +218,25 @@ class Harness:
         question: str,
         *,
         scenario: Scenario | None = None,
-        alert: dict[str, Any] | None = None,
+        alert: AlertPayload | Alert | dict[str, Any] | None = None,
         model: str | Model | None = None,
         listeners: list[Listener] | None = None,
         session_id: str | None = None,
         cancellation: RunCancellation | None = None,
         language: str | None = None,
     ) -> RunOutcome:
-        """Run one request to a safe end; never raises for run failures (they become fallbacks)."""
-        lang = language or (scenario.language if scenario is not None and not question.strip() else _language_of(question or (scenario.question if scenario else "")))
+        """Run one request to a safe end; never raises for run failures (they become fallbacks).
+
+        With an alert (AIOps mode) and no question, the question is built from the primary
+        alert in the alert's language; with a question too, the question leads and the alert
+        is context. A malformed alert raises AlertError before the run starts.
+        """
+        payload = as_payload(alert)
+        if payload is not None and not question.strip():
+            question = payload.question()
+            lang = language or payload.language
+        else:
+            lang = language or (scenario.language if scenario is not None and not question.strip() else _language_of(question or (scenario.question if scenario else "")))
         allowed = frozenset(scenario.allowed_tools) if scenario is not None else frozenset({"lookup_knowledge"})
         ctx = RunContext(
             session_id=session_id or str(uuid.uuid4()),
@@ -240,12 +258,13 @@ class Harness:
             model=agent_model.name,
             scenario_id=ctx.scope.scenario_id,
             deadline_at=ctx.deadline,
+            alert=payload.trace() if payload is not None else None,
         )
         sink.save_run(record)
         events.emit("metadata", {"session_id": ctx.session_id, "run_id": ctx.run_id})
-        out = RunOutcome(run_id=ctx.run_id, session_id=ctx.session_id, status="", release_outcome="", content=None, route="")
+        out = RunOutcome(run_id=ctx.run_id, session_id=ctx.session_id, status="", release_outcome="", content=None, route="", alert=payload)
         try:
-            self._run(ctx, record, events, out, question, scenario, alert, agent_model)
+            self._run(ctx, record, events, out, question, scenario, payload, agent_model)
         except Exception as exc:  # a bug or a store failure still ends in a fallback
             record.error = f"{type(exc).__name__}: {str(exc)[:500]}"
             self._fallback(ctx, record, events, out, FallbackType.INTERNAL_ERROR, status="FAILED")
@@ -260,13 +279,14 @@ class Harness:
         out: RunOutcome,
         question: str,
         scenario: Scenario | None,
-        alert: dict[str, Any] | None,
+        alert: AlertPayload | None,
         model: Model,
     ) -> None:
         ctx.advance(RunState.ROUTING)
         events.emit("status", {"phase": "ROUTING"})
         incident = scenario is not None or alert is not None
-        chosen = route(ctx, question or json.dumps(alert or {}), incident_scope=incident, model=self.router_model(model))
+        message = question if alert is None else f"{question}\n{alert.router_text()}"
+        chosen = route(ctx, message, incident_scope=incident, model=self.router_model(model), alert=alert is not None)
         record.route = out.route = str(chosen)
         if chosen is Route.SYSTEM_CHAT:
             ctx.advance(RunState.RELEASING)
@@ -292,7 +312,7 @@ class Harness:
             system += "\n\n" + load_prompt("aiops").text
         user = question
         if alert:
-            user = (question + "\n\n" if question else "") + "Alert payload (data):\n" + json.dumps(alert, ensure_ascii=False, default=str)
+            user = question + "\n\nAlert payload (data):\n" + json.dumps(alert.for_agent(), ensure_ascii=False)
         if knowledge:
             from rootproof.agent.models.offline import KnowledgeAnswerer
 
@@ -369,6 +389,11 @@ class Harness:
         fallback: str | None,
         terminal: RunState = RunState.COMPLETED,
     ) -> None:
+        if out.alert is not None:
+            draft = out.draft if out.draft is not None else None
+            aiops = evaluate_aiops(out.alert, content=content, draft=draft, invocations=self.canonical.for_run(ctx.run_id)).as_dict()
+            record.self_evaluation = {**(record.self_evaluation or _EMPTY_EVALUATION), "aiops_rule_evaluation": aiops}
+            out.aiops_rule_evaluation = aiops
         events.emit("content", content)
         ctx.advance(terminal)
         status = "SUCCESS" if terminal is RunState.COMPLETED else str(terminal)
@@ -388,6 +413,9 @@ class Harness:
         record.ended_at = datetime.now(UTC)
         record.duration_ms = ctx.elapsed_ms()
         self.sink.save_run(record)
+
+
+_EMPTY_EVALUATION: dict[str, Any] = {"evidence_guard": None, "semantic_guard": None, "tool_trace_summary": None, "aiops_rule_evaluation": None}
 
 
 def _OFFLINE_TYPES() -> tuple[type, ...]:  # noqa: N802 - a lazily built constant

@@ -50,8 +50,13 @@ def offline_route(message: str, *, incident_scope: bool) -> Route:
     return Route.DIAGNOSIS
 
 
-def route(ctx: RunContext, message: str, *, incident_scope: bool, model: Model | None = None) -> Route:
-    """Route with the model when given (1 call + 1 retry, its own timeout), else by rules."""
+def route(ctx: RunContext, message: str, *, incident_scope: bool, model: Model | None = None, alert: bool = False) -> Route:
+    """Route with the model when given (1 call + 1 retry, its own timeout), else by rules.
+
+    An alert payload is an incident by definition: it goes to DIAGNOSIS without asking anyone.
+    """
+    if alert:
+        return Route.DIAGNOSIS
     if model is None:
         return offline_route(message, incident_scope=incident_scope)
     prompt = load_prompt("router").text

@@ -126,20 +126,6 @@ def _factory(spec: str) -> Callable[[], Model]:
     return fn  # type: ignore[no-any-return]
 
 
-def _alert(scenario: Any) -> dict[str, Any] | None:
-    a = scenario.alert
-    if a is None:
-        return None
-    return {
-        "name": a.name,
-        "severity": a.severity,
-        "service": a.service,
-        "starts_at": a.starts_at.isoformat().replace("+00:00", "Z"),
-        "labels": dict(a.labels),
-        "summary": a.summary,
-    }
-
-
 def _citations(report: dict[str, Any], invocations: dict[str, Any]) -> list[dict[str, Any]]:
     """Each citation of `report` resolved against this run's canonical invocations."""
     out: list[dict[str, Any]] = []
@@ -238,7 +224,7 @@ def run_case(job: dict[str, Any]) -> dict[str, Any]:
         try:
             model: Model = _factory(spec)() if spec else h.model(job.get("model"))
             scenario = load_scenario(folder)
-            out = h.diagnose(scenario.question, scenario=scenario, alert=_alert(scenario), model=model)
+            out = h.diagnose(scenario.question, scenario=scenario, alert=scenario.alert, model=model)
         finally:
             _AgentPhase.active = False
         t2 = time.perf_counter()

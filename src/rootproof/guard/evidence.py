@@ -12,10 +12,10 @@ from typing import Any
 
 from rootproof.agent.draft import DiagnosisDraft, parse_draft
 from rootproof.boundary.store import CanonicalStore, InvocationStatus
+from rootproof.guard.rules import rules_for
 from rootproof.tools.refs import NO_EVIDENCE_PATH, normalize_text, ref_text
 
 __all__ = [
-    "RULE_SET_VERSION",
     "EvidenceGuard",
     "EvidenceGuardResult",
     "VerifiedCitation",
@@ -24,7 +24,6 @@ __all__ = [
     "ViolationCode",
 ]
 
-RULE_SET_VERSION = "evidence-guard-v1"
 MIN_EXCERPT_CHARS = 12
 
 
@@ -47,7 +46,8 @@ class ViolationCode(StrEnum):
     CLAIM_REF_UNKNOWN = "CLAIM_REF_UNKNOWN"
 
 
-RULES = [str(c) for c in ViolationCode]
+def _rules() -> tuple[str, list[dict[str, str]]]:
+    return rules_for("evidence_guard", ViolationCode)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,8 +94,9 @@ class EvidenceGuardResult:
     violations: list[Violation] = field(default_factory=list)
     snapshot: VerifiedEvidenceSnapshot | None = None
     draft: DiagnosisDraft | None = None
-    rule_set_version: str = RULE_SET_VERSION
-    rules: list[str] = field(default_factory=lambda: list(RULES))
+    rule_set_version: str = field(default_factory=lambda: _rules()[0])
+    rules: list[dict[str, str]] = field(default_factory=lambda: _rules()[1])
+    """The rules that ran ({id, code, description}); every check always runs."""
 
     @property
     def codes(self) -> list[str]:

@@ -13,15 +13,20 @@ import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol
+from enum import StrEnum
+from typing import Any, ClassVar, Literal, Protocol
 
 from rootproof.agent.draft import Claim, DiagnosisDraft
 from rootproof.guard.evidence import VerifiedEvidenceSnapshot
+from rootproof.guard.rules import rules_for
 
 __all__ = [
     "JUDGE_VERSION",
     "ClaimVerdict",
+    "GuardCode",
+    "LlmCode",
     "LlmJudge",
+    "OfflineCode",
     "OfflineJudge",
     "SemanticGuard",
     "SemanticResult",
@@ -37,6 +42,34 @@ DENSE_THRESHOLD = 0.35
 Verdict = Literal["SUPPORTED", "UNSUPPORTED"]
 
 
+class GuardCode(StrEnum):
+    """Rules of the guard itself, whichever judge runs (`semantic_guard.common` in rules.yaml)."""
+
+    EVERY_CLAIM_SUPPORTED = "EVERY_CLAIM_SUPPORTED"
+    FAIL_CLOSED = "FAIL_CLOSED"
+
+
+class OfflineCode(StrEnum):
+    """Why the offline judge finds a claim UNSUPPORTED (`semantic_guard.offline`)."""
+
+    NO_EVIDENCE = "NO_EVIDENCE"
+    QUOTE_NOT_IN_EVIDENCE = "QUOTE_NOT_IN_EVIDENCE"
+    ALTERED_COPY = "ALTERED_COPY"
+    NUMBER_NOT_IN_EVIDENCE = "NUMBER_NOT_IN_EVIDENCE"
+    IDENTIFIER_NOT_IN_EVIDENCE = "IDENTIFIER_NOT_IN_EVIDENCE"
+    NEGATION_ADDED = "NEGATION_ADDED"
+    NEGATION_DROPPED = "NEGATION_DROPPED"
+    CAUSE_INVENTED = "CAUSE_INVENTED"
+    COVERAGE_LOW = "COVERAGE_LOW"
+
+
+class LlmCode(StrEnum):
+    """Why the LLM judge finds a claim UNSUPPORTED (`semantic_guard.llm`)."""
+
+    JUDGE_UNSUPPORTED = "JUDGE_UNSUPPORTED"
+    JUDGE_NOT_ENOUGH_INFO = "JUDGE_NOT_ENOUGH_INFO"
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClaimVerdict:
     """The judge's verdict on one claim, with the reason."""
@@ -45,6 +78,8 @@ class ClaimVerdict:
     verdict: Verdict
     reason: str
     coverage: float | None = None
+    code: str | None = None
+    """The rule that failed (UNSUPPORTED only)."""
 
 
 @dataclass(kw_only=True)
@@ -55,6 +90,9 @@ class SemanticResult:
     available: bool = True
     error: str | None = None
     judge: str = JUDGE_VERSION
+    rule_set_version: str = ""
+    rules: list[dict[str, str]] = field(default_factory=list)
+    """The rules that ran: the guard's own and its judge's ({id, code, description})."""
 
     @property
     def supported(self) -> bool:
@@ -63,13 +101,24 @@ class SemanticResult:
 
     def as_dict(self) -> dict[str, Any]:
         """For the trace (`self_evaluation.semantic_guard`)."""
-        return {"judge": self.judge, "available": self.available, "error": self.error, "supported": self.supported, "verdicts": [asdict(v) for v in self.verdicts]}
+        return {
+            "judge": self.judge,
+            "rule_set_version": self.rule_set_version,
+            "rules": self.rules,
+            "available": self.available,
+            "error": self.error,
+            "supported": self.supported,
+            "verdicts": [asdict(v) for v in self.verdicts],
+        }
 
 
 class Judge(Protocol):
     """Judges one claim against its premise (the verified excerpts)."""
 
     name: str
+    rule_section: ClassVar[str]
+    """Its section of rules.yaml (`offline`, `llm`)."""
+    codes: ClassVar[type[StrEnum]]
 
     def judge(self, claim: Claim, premise: list[str], context: dict[str, Any]) -> ClaimVerdict:
         """Return the verdict; raise on failure (the guard fails closed)."""
@@ -267,6 +316,8 @@ class OfflineJudge:
     """
 
     name = JUDGE_VERSION
+    rule_section: ClassVar[str] = "offline"
+    codes: ClassVar[type[StrEnum]] = OfflineCode
 
     def __init__(self, embed: Callable[[list[str]], Any] | None = None, threshold: float = COVERAGE_THRESHOLD) -> None:
         self._embed = embed
@@ -278,46 +329,46 @@ class OfflineJudge:
         prem_n = _norm(prem)
         cid = claim.id
 
-        def no(reason: str, cov: float | None = None) -> ClaimVerdict:
-            return ClaimVerdict(claim_id=cid, verdict="UNSUPPORTED", reason=reason, coverage=cov)
+        def no(code: str, reason: str, cov: float | None = None) -> ClaimVerdict:
+            return ClaimVerdict(claim_id=cid, verdict="UNSUPPORTED", reason=reason, coverage=cov, code=code)
 
         if not premise:
-            return no("no verified evidence")
+            return no(OfflineCode.NO_EVIDENCE, "no verified evidence")
         framing, quoted = _framing(text, premise)
         if not quoted:
             # A quote that is not one of the verified excerpts verbatim must still be in the evidence.
             for q in _QUOTED_GREEDY.findall(text) or _QUOTED.findall(text):
                 if len(q.strip()) >= 4 and _squash(q) not in _squash(prem):
-                    return no(f"quoted text not in the evidence: {q[:80]!r}")
+                    return no(OfflineCode.QUOTE_NOT_IN_EVIDENCE, f"quoted text not in the evidence: {q[:80]!r}")
         if not quoted:
             altered = _altered_copy(framing, prem)
             if altered is not None:
-                return no(f"the claim copies the evidence but changes it: {altered[:60]!r}")
+                return no(OfflineCode.ALTERED_COPY, f"the claim copies the evidence but changes it: {altered[:60]!r}")
         missing_num = _numbers(text) - _numbers(prem)
         if missing_num:
-            return no(f"numbers not in the evidence: {sorted(missing_num)[:5]}")
+            return no(OfflineCode.NUMBER_NOT_IN_EVIDENCE, f"numbers not in the evidence: {sorted(missing_num)[:5]}")
         allowed = set(context.get("mechanisms", ()))
         exempt = {w.casefold() for w in context.get("vocabulary", ())} | {t.casefold() for t in context.get("tools", ())}
         prem_ids = _idents(prem)
         missing_id = {i for i in _idents(text) if i not in prem_ids and i not in prem_n and i not in exempt}
         if missing_id:
-            return no(f"identifiers not in the evidence: {sorted(missing_id)[:5]}")
+            return no(OfflineCode.IDENTIFIER_NOT_IN_EVIDENCE, f"identifiers not in the evidence: {sorted(missing_id)[:5]}")
         if claim.kind != "negative_observation":
             neg_en, neg_zh = _NEG_EN.search(framing), (_CJK.search(framing) and _NEG_ZH.search(framing))
             if quoted and (neg_en or neg_zh):
-                return no("the claim adds a negation to the evidence it quotes")
+                return no(OfflineCode.NEGATION_ADDED, "the claim adds a negation to the evidence it quotes")
             if neg_en and not _NEG_EN.search(prem):
-                return no("the claim negates what the evidence states")
+                return no(OfflineCode.NEGATION_ADDED, "the claim negates what the evidence states")
             if neg_zh and not (_NEG_EN.search(prem) or _NEG_ZH.search(prem)):
-                return no("the claim negates what the evidence states")
+                return no(OfflineCode.NEGATION_ADDED, "the claim negates what the evidence states")
             for neg, word in _NEG_FOLLOW.findall(prem):
                 w = word.casefold()
                 if re.search(rf"\b{re.escape(w)}\b", framing) and not re.search(rf"\b(?:not|no|never|cannot)\s+{re.escape(w)}", framing):
-                    return no(f"the evidence says '{neg} {word}' but the claim drops the negation")
+                    return no(OfflineCode.NEGATION_DROPPED, f"the evidence says '{neg} {word}' but the claim drops the negation")
         shown = _named_mechanisms(prem)
         invented = sorted(_named_mechanisms(framing, allowed) - allowed - shown)
         if invented:
-            return no(f"names a cause the evidence does not show: {invented[0]}")
+            return no(OfflineCode.CAUSE_INVENTED, f"names a cause the evidence does not show: {invented[0]}")
         words = [w for w in _content_words(framing) if w not in _FRAMING_STOP]
         if len(words) < 3:
             if quoted or not _CJK.search(framing) or self._embed is None:
@@ -330,20 +381,22 @@ class OfflineJudge:
             if cov >= self.threshold:
                 return ClaimVerdict(claim_id=cid, verdict="SUPPORTED", reason="numbers, identifiers and terms found in the evidence", coverage=round(cov, 3))
             if not _CJK.search(framing) or self._embed is None:
-                return no(f"term coverage {cov:.2f} below {self.threshold}", round(cov, 3))
+                return no(OfflineCode.COVERAGE_LOW, f"term coverage {cov:.2f} below {self.threshold}", round(cov, 3))
         if self._embed is None:
-            return no("cross-lingual claim and no embedding to compare it")
+            return no(OfflineCode.COVERAGE_LOW, "cross-lingual claim and no embedding to compare it")
         vecs = self._embed([framing if not quoted else text, prem[:2000]])
         sim = float((vecs[0] * vecs[1]).sum())
         if sim >= DENSE_THRESHOLD:
             return ClaimVerdict(claim_id=cid, verdict="SUPPORTED", reason=f"cross-lingual similarity {sim:.2f}", coverage=round(sim, 3))
-        return no(f"similarity {sim:.2f} below {DENSE_THRESHOLD}", round(sim, 3))
+        return no(OfflineCode.COVERAGE_LOW, f"similarity {sim:.2f} below {DENSE_THRESHOLD}", round(sim, 3))
 
 
 class LlmJudge:
     """Asks a model one claim per call; 'not enough info' counts as UNSUPPORTED."""
 
     name = "llm-judge-v1"
+    rule_section: ClassVar[str] = "llm"
+    codes: ClassVar[type[StrEnum]] = LlmCode
 
     def __init__(self, ask: Callable[[str, str], str]) -> None:
         """`ask(system, user) -> text` calls the configured model at temperature 0."""
@@ -362,8 +415,11 @@ class LlmJudge:
         verdict = str(data.get("verdict", "")).upper()
         if verdict not in ("SUPPORTED", "UNSUPPORTED", "NOT_ENOUGH_INFO"):
             raise ValueError(f"judge verdict {verdict!r} is not one of SUPPORTED, UNSUPPORTED, NOT_ENOUGH_INFO")
-        final: Verdict = "SUPPORTED" if verdict == "SUPPORTED" else "UNSUPPORTED"
-        return ClaimVerdict(claim_id=claim.id, verdict=final, reason=str(data.get("reason", ""))[:500])
+        reason = str(data.get("reason", ""))[:500]
+        if verdict == "SUPPORTED":
+            return ClaimVerdict(claim_id=claim.id, verdict="SUPPORTED", reason=reason)
+        code = LlmCode.JUDGE_NOT_ENOUGH_INFO if verdict == "NOT_ENOUGH_INFO" else LlmCode.JUDGE_UNSUPPORTED
+        return ClaimVerdict(claim_id=claim.id, verdict="UNSUPPORTED", reason=reason, code=code)
 
 
 class SemanticGuard:
@@ -381,7 +437,9 @@ class SemanticGuard:
         vocabulary: set[str] = set()
         for h in draft.hypotheses:
             vocabulary |= set(_content_words(h.component.replace("_", " "))) | set(h.mechanism.split("_") + h.component.split("_"))
-        result = SemanticResult(judge=self.judge.name)
+        version, common = rules_for("semantic_guard.common", GuardCode)
+        _, own = rules_for(f"semantic_guard.{self.judge.rule_section}", self.judge.codes)
+        result = SemanticResult(judge=self.judge.name, rule_set_version=version, rules=common + own)
         try:
             for claim in draft.claims:
                 premise = [c.excerpt for c in snapshot.for_claim(claim.id)]

@@ -56,6 +56,8 @@ class RunRecord:
     content: dict[str, Any] | None = None
     """Exactly what the user received."""
     prompt_audit: dict[str, Any] | None = None
+    alert: dict[str, Any] | None = None
+    """The input alert payload, normalised (alert mode only)."""
     self_evaluation: dict[str, Any] | None = None
     """{evidence_guard, semantic_guard, tool_trace_summary, aiops_rule_evaluation}."""
     budget_usage: dict[str, Any] | None = None

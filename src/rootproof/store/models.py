@@ -145,6 +145,7 @@ class DiagnosisRun(Base):
     conclusion: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
     content: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
     prompt_audit: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
+    alert: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
     self_evaluation: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
     budget_usage: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
     tokens: Mapped[int] = mapped_column(sa.Integer, nullable=False)

@@ -85,13 +85,15 @@ def _is_zh(text: str) -> bool:
 
 
 def _alert(question: str) -> dict[str, Any]:
+    """The primary alert of an alert-mode request; related alerts are context and never steer the plan."""
     marker = "Alert payload (data):\n"
     if marker in question:
         try:
             data = json.loads(question.split(marker, 1)[1])
-            return data if isinstance(data, dict) else {}
         except json.JSONDecodeError:
             return {}
+        primary = data.get("primary_alert") if isinstance(data, dict) else None
+        return primary if isinstance(primary, dict) else {}
     return {}
 
 
@@ -180,7 +182,8 @@ class OfflinePlanner:
     def _first_look(self, question: str, offered: set[str], step: int) -> list[ToolCall]:
         alert = _alert(question)
         text = question.split("Alert payload (data):", 1)[0].strip()
-        lookup = " ".join(p for p in (text, str(alert.get("name", "")), str(alert.get("summary", ""))) if p).strip() or question[:500]
+        extra = [str(alert.get(k, "")) for k in ("name", "summary") if str(alert.get(k, "")) not in text]
+        lookup = " ".join(p for p in (text, *extra) if p).strip() or question[:500]
         calls: list[ToolCall] = []
         if "lookup_knowledge" in offered:
             calls.append(ToolCall(id=f"s{step}-0", name="lookup_knowledge", arguments={"query": lookup[:1000], "top_k": LOOKUP_TOP_K}))
