@@ -151,8 +151,9 @@ def diagnose(
         payload = load_alert_file(alert)
     elif sc is not None:
         payload = as_payload(sc.alert, source=f"{sc.id}: scenario.yaml alert")
-    text = question or ("" if alert is not None else None) or (sc.question if sc is not None else None)
-    if text is None or (not text and payload is None):
+    # QUESTION, else the alert (the harness builds the question from the primary alert), else the scenario's.
+    text = question if question else "" if alert is not None else sc.question if sc is not None else None
+    if text is None:
         raise UsageError("no question: give QUESTION, --alert FILE or a --scenario with a question")
     if sc is None:
         from rootproof.agent.router import Route, offline_route
@@ -272,9 +273,23 @@ def trace(run_id: Annotated[str, typer.Argument(help="A run id.")], as_json: Jso
         print(f"  step {s['step_index']}: tool_call={s['has_tool_call']} {s['duration_ms']} ms out: {s['model_output'][:120]}")
     for i in data["invocations"]:
         print(f"  {i['invocation_id']} step {i['step_index']} {i['tool_name']} {i['status']} {i['refusal_code'] or i['evidence_status']} source={i['data_source']}")
-    ev = (run.get("self_evaluation") or {}).get("evidence_guard")
+    se = run.get("self_evaluation") or {}
+    if run.get("alert"):
+        p = run["alert"]["primary"]
+        print(f"  alert ({run['alert']['source']}): {p['name']} {p['severity']} service={p['service']} related={len(run['alert']['related'])}")
+    ev, sem = se.get("evidence_guard"), se.get("semantic_guard")
     if ev:
-        print(f"  evidence guard: passed={ev['passed']} codes={ev['codes']}")
+        print(f"  evidence guard: passed={ev['passed']} codes={ev['codes']} rules={len(ev['rules'])} rule_set_version={ev['rule_set_version']}")
+    if sem:
+        failed = sorted({v["code"] for v in sem["verdicts"] if v.get("code")})
+        print(f"  semantic guard: judge={sem['judge']} supported={sem['supported']} failed={failed} rule_set_version={sem['rule_set_version']}")
+    for t in se.get("tool_trace_summary") or []:
+        print(f"    {t['tool']} {t['status']} {t['evidence_status']} refs={t['evidence_count']} cited={len(t['cited_paths'])}")
+    ai = se.get("aiops_rule_evaluation")
+    if ai:
+        print(f"  aiops rules ({ai['rule_set_version']}): passed={ai['passed']}")
+        for c in ai["checks"]:
+            print(f"    {'ok  ' if c['passed'] else 'FAIL'} {c['rule']}: {c['detail']}")
     print("  events: " + " → ".join(e["type"] + (f"({e['data'].get('phase')})" if e["type"] == "status" else "") for e in data["events"]))
 
 
