@@ -258,6 +258,13 @@ def _framing(text: str, excerpts: list[str]) -> tuple[str, bool]:
         if ex and ex in out:
             out = out.replace(ex, " ")
             quoted = True
+    # A quoted piece of an excerpt is verbatim too ("… logs "No space left on device" …").
+    joined = "\n".join(_squash(e) for e in excerpts)
+    for q in _QUOTED.findall(out):
+        piece = _squash(q)
+        if len(piece) >= 12 and piece in joined:
+            out = out.replace(q, " ")
+            quoted = True
     return out, quoted
 
 

@@ -1,0 +1,257 @@
+"""Alert mode end to end: the CLI, the offline planner on the primary alert, AiOpsRuleEvaluation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rootproof.agent.models.base import ModelRequest, ModelTurn
+from rootproof.agent.models.scripted import ScriptedModel, ScriptedStep
+from rootproof.agent.router import Route, route
+from rootproof.alerts import AlertPayload, load_alert_file, parse_alert
+from rootproof.harness import Harness
+from rootproof.run.context import RunBudget, RunContext, ToolScope
+from rootproof.run.records import MemoryTraceSink
+from rootproof.scenarios.loader import load_ground_truth, load_scenario, scenario_folder
+from rootproof.settings import load_settings
+from test_cli import ROOT, rp
+
+EXAMPLES = ROOT / "examples" / "alerts"
+TWO = ROOT / "tests" / "data" / "scenarios" / "alert-two-incidents"
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("alerthome")
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
+    return Harness(load_settings(data_dir=tmp_path_factory.mktemp("h"), deadline_s=60), sink=MemoryTraceSink())
+
+
+def _two_alerts() -> AlertPayload:
+    return parse_alert(
+        {
+            "version": "4",
+            "status": "firing",
+            "receiver": "checkout-oncall",
+            "groupLabels": {"env": "prod"},
+            "commonLabels": {"env": "prod"},
+            "commonAnnotations": {},
+            "alerts": [
+                {
+                    "status": "firing",
+                    "labels": {"alertname": "ReportWorkerDiskFull", "severity": "warning", "service": "report-worker", "env": "prod"},
+                    "annotations": {"summary": "/var/spool/reports is 100% full"},
+                    "startsAt": "2026-09-14T10:18:00Z",
+                    "endsAt": "0001-01-01T00:00:00Z",
+                },
+                {
+                    "status": "firing",
+                    "labels": {"alertname": "CheckoutLatencyHigh", "severity": "critical", "service": "checkout-service", "env": "prod"},
+                    "annotations": {"summary": "checkout p95 5.0s > 2s for 5m"},
+                    "startsAt": "2026-09-14T10:20:00Z",
+                    "endsAt": "0001-01-01T00:00:00Z",
+                },
+            ],
+        }
+    )
+
+
+# -- the CLI on a built-in scenario ------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("payload", "scenario"),
+    [("alertmanager-pg-row-lock.json", "pg-row-lock"), ("grafana-redis-maxclients.json", "redis-maxclients")],
+)
+def test_cli_alert_payload_publishes_the_scenarios_root_cause(home: Path, payload: str, scenario: str) -> None:
+    p = rp("diagnose", "--alert", str(EXAMPLES / payload), "--scenario", scenario, "--json", home=home)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["release_outcome"] == "PUBLISHED"
+    rc = doc["content"]["report"]["root_cause"]
+    truth = load_ground_truth(scenario_folder(scenario))
+    assert truth.root_cause is not None
+    assert (rc["component"], rc["mechanism"]) == (truth.root_cause.component, truth.root_cause.mechanism)
+    ai = doc["aiops_rule_evaluation"]
+    assert ai["passed"] is True, ai
+    assert [c["rule"] for c in ai["checks"]] == ["report_present", "focus_on_primary_alert", "evidence_tools_used", "no_related_alert_promoted"]
+
+    t = rp("trace", doc["run_id"], "--json", home=home)
+    assert t.returncode == 0, t.stderr
+    run = json.loads(t.stdout)["run"]
+    alert = load_alert_file(EXAMPLES / payload)
+    # The question was built from the primary alert, in the alert's language.
+    assert run["question"] == alert.question() and run["language"] == alert.language
+    assert run["alert"]["primary"]["name"] == alert.primary.name
+    se = run["self_evaluation"]
+    assert se["aiops_rule_evaluation"] == ai
+    assert se["evidence_guard"]["rule_set_version"].startswith("guard-rules-v")
+    assert se["semantic_guard"]["rule_set_version"] == se["evidence_guard"]["rule_set_version"]
+    assert run["prompt_audit"]["prompts"][-1]["name"] == "aiops"
+    text = rp("trace", doc["run_id"], home=home)
+    assert "aiops rules (aiops-rules-v1): passed=True" in text.stdout and "rule_set_version=guard-rules-v" in text.stdout
+
+
+def test_cli_question_leads_and_the_alert_is_context(home: Path) -> None:
+    q = "Why are order confirmations hanging?"
+    p = rp("diagnose", q, "--alert", str(EXAMPLES / "alertmanager-pg-row-lock.json"), "--scenario", "pg-row-lock", "--json", home=home)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    run = json.loads(rp("trace", doc["run_id"], "--json", home=home).stdout)["run"]
+    assert run["question"] == q and run["route"] == "DIAGNOSIS"
+    assert run["alert"]["source"] == "alertmanager"
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ('{"version": "4", "status": "firing", "alerts": [{"status": "firing", "labels": {}, "startsAt": "2026-08-03T09:40:00Z"}]}', "alerts[0].labels.alertname"),
+        ('{"version": "4", "status": "firing", "alerts": [{"status": "firing", "labels": {"alertname": "X"}, "startsAt": "soon"}]}', "alerts[0].startsAt"),
+        ('{"version": "4", "alerts": [', "line "),
+        ('{"title": "t", "state": "alerting", "status": "firing", "alerts": []}', "alerts"),
+    ],
+)
+def test_cli_malformed_payload_is_exit_2_naming_the_field(home: Path, tmp_path: Path, content: str, needle: str) -> None:
+    f = tmp_path / "hook.json"
+    f.write_text(content, encoding="utf-8")
+    p = rp("diagnose", "--alert", str(f), "--scenario", "pg-row-lock", "--json", home=home)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert p.stdout == "" and "Traceback" not in p.stderr
+    assert p.stderr.strip().startswith("Error:") and needle in p.stderr and str(f) in p.stderr
+
+
+def test_cli_alert_without_scenario_is_exit_2(home: Path) -> None:
+    p = rp("diagnose", "--alert", str(EXAMPLES / "alertmanager-pg-row-lock.json"), home=home)
+    assert p.returncode == 2 and "--scenario" in p.stderr and "Traceback" not in p.stderr
+
+
+# -- the router ---------------------------------------------------------------------------------
+class _NeverCalled:
+    name = "never"
+
+    def step(self, request: ModelRequest) -> ModelTurn:
+        raise AssertionError("the router must not ask a model about an alert")
+
+
+def test_router_sends_alerts_to_diagnosis_without_a_model_call() -> None:
+    ctx = RunContext(session_id="s", scope=ToolScope(allowed_tools=frozenset()), budget=RunBudget())
+    assert route(ctx, "hello", incident_scope=True, model=_NeverCalled(), alert=True) is Route.DIAGNOSIS  # type: ignore[arg-type]
+    assert ctx.usage.router_calls == 0
+
+
+# -- the offline planner stays on the primary alert ---------------------------------------------
+def test_offline_planner_scopes_to_the_primary_alert(harness: Harness) -> None:
+    sc = load_scenario(TWO)
+    out = harness.diagnose("", scenario=sc, alert=_two_alerts())
+    first = [o.invocation for o in out.outcomes if o.invocation.step_index == 0]
+    logs = next(i for i in first if i.tool_name == "query_logs")
+    assert isinstance(logs.arguments, dict) and logs.arguments.get("service") == "checkout-service"
+    lookups = [i for i in (o.invocation for o in out.outcomes) if i.tool_name == "lookup_knowledge"]
+    assert lookups and all("ReportWorkerDiskFull" not in json.dumps(i.arguments) for i in lookups)
+    assert out.release_outcome == "PUBLISHED"
+    assert out.draft is not None and out.draft.root_cause is not None
+    assert (out.draft.root_cause.component, out.draft.root_cause.mechanism) == ("postgresql", "row_lock_contention")
+    assert out.aiops_rule_evaluation is not None and out.aiops_rule_evaluation["passed"] is True, out.aiops_rule_evaluation
+
+
+# -- AiOpsRuleEvaluation on scripted drafts -----------------------------------------------------
+def _ref(requests: list[ModelRequest], needle: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The first runtime ref observed whose text contains `needle`."""
+    for m in requests[-1].messages:
+        if m.role != "tool":
+            continue
+        o = json.loads(m.content)
+        if o["tool"] == "lookup_knowledge":
+            continue
+        for r in o.get("refs") or []:
+            if needle in r["text"]:
+                return o, r
+    raise AssertionError(f"no observed ref contains {needle!r}")
+
+
+def _cite(o: dict[str, Any], r: dict[str, Any], excerpt: str) -> dict[str, Any]:
+    assert excerpt in r["text"]
+    return {"invocation_id": o["invocation_id"], "tool_name": o["tool"], "raw_path": r["raw_path"], "excerpt": excerpt}
+
+
+def _related_draft(requests: list[ModelRequest]) -> dict[str, Any]:
+    """Diagnoses the related alert (report-worker's full disk) instead of the primary one."""
+    o, r = _ref(requests, "No space left on device")
+    return {
+        "summary": "report-worker's spool disk is full",
+        "root_cause": {"component": "disk", "mechanism": "disk_full", "culprit": "report-worker /var/spool/reports", "claim_ids": ["c1"]},
+        "claims": [
+            {
+                "id": "c1",
+                "text": "report-worker logs \"export job 8812 failed: OSError: [Errno 28] No space left on device\"",
+                "kind": "root_cause",
+                "citations": [_cite(o, r, "report-worker [report-worker.log] export job 8812 failed: OSError: [Errno 28] No space left on device")],
+            }
+        ],
+    }
+
+
+def _linked_draft(requests: list[ModelRequest]) -> dict[str, Any]:
+    """Diagnoses the primary alert, citing only PostgreSQL's own log: linked by evidence."""
+    o, r = _ref(requests, "still waiting for ShareLock")
+    return {
+        "summary": "row lock contention on carts",
+        "root_cause": {"component": "postgresql", "mechanism": "row_lock_contention", "culprit": "transaction 55120", "claim_ids": ["c1"]},
+        "claims": [
+            {"id": "c1", "text": "PostgreSQL logs \"process 7344 still waiting for ShareLock on transaction 55120\"", "kind": "root_cause", "citations": [_cite(o, r, "process 7344 still waiting for ShareLock on transaction 55120")]}
+        ],
+    }
+
+
+def _run(harness: Harness, draft: Any) -> Any:
+    model = ScriptedModel([ScriptedStep(calls=[("lookup_knowledge", {"query": "checkout latency"}), ("query_logs", {"query": ""})]), ScriptedStep(draft=draft)])
+    return harness.diagnose("", scenario=load_scenario(TWO), alert=_two_alerts(), model=model)
+
+
+def _checks(out: Any) -> dict[str, dict[str, Any]]:
+    assert out.aiops_rule_evaluation is not None
+    return {c["rule"]: c for c in out.aiops_rule_evaluation["checks"]}
+
+
+def test_draft_on_a_related_alert_fails_the_focus_rule(harness: Harness) -> None:
+    out = _run(harness, _related_draft)
+    assert out.release_outcome == "PUBLISHED", (out.evidence and out.evidence.codes, out.semantic and out.semantic.as_dict()["verdicts"])
+    checks = _checks(out)
+    assert checks["focus_on_primary_alert"]["passed"] is False
+    assert "checkout-service" in checks["focus_on_primary_alert"]["detail"]
+    assert checks["no_related_alert_promoted"]["passed"] is False
+    assert "ReportWorkerDiskFull" in checks["no_related_alert_promoted"]["detail"]
+    assert checks["report_present"]["passed"] and checks["evidence_tools_used"]["passed"]
+    assert out.aiops_rule_evaluation["passed"] is False
+    # It records; it does not block: the guards decided, and they published.
+    assert out.content["content_type"] == "DIAGNOSIS_REPORT"
+
+
+def test_draft_on_the_primary_alert_linked_by_evidence_passes(harness: Harness) -> None:
+    out = _run(harness, _linked_draft)
+    assert out.release_outcome == "PUBLISHED", (out.evidence and out.evidence.codes, out.semantic and out.semantic.as_dict()["verdicts"])
+    checks = _checks(out)
+    assert checks["focus_on_primary_alert"]["passed"] is True, checks
+    assert "links checkout-service" in checks["focus_on_primary_alert"]["detail"]
+    assert out.aiops_rule_evaluation["passed"] is True
+
+
+def test_fallback_still_gets_an_evaluation(harness: Harness) -> None:
+    model = ScriptedModel([ScriptedStep(calls=[("query_metrics", {"metric": "pg_locks_waiting"})]), ScriptedStep(draft="not json at all"), ScriptedStep(draft="still not json")])
+    out = harness.diagnose("", scenario=load_scenario(TWO), alert=_two_alerts(), model=model)
+    assert out.release_outcome == "FALLBACK"
+    checks = _checks(out)
+    assert checks["report_present"]["passed"] is True and "safe fallback" in checks["report_present"]["detail"]
+    assert checks["evidence_tools_used"]["passed"] is False  # lookup_knowledge and logs never ran
+    assert checks["focus_on_primary_alert"]["passed"] is True
+
+
+def test_runs_without_an_alert_have_no_aiops_evaluation(harness: Harness) -> None:
+    sc = load_scenario("payment-timeout")
+    out = harness.diagnose("支付接口最近出现超时", scenario=sc)
+    assert "aiops_rule_evaluation" not in out.public()
+    assert out.aiops_rule_evaluation is None
