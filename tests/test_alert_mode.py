@@ -255,3 +255,79 @@ def test_runs_without_an_alert_have_no_aiops_evaluation(harness: Harness) -> Non
     out = harness.diagnose("支付接口最近出现超时", scenario=sc)
     assert "aiops_rule_evaluation" not in out.public()
     assert out.aiops_rule_evaluation is None
+
+
+# -- the focus rule, unit by unit ---------------------------------------------------------------
+def _inv(inv_id: str, tool: str, texts: list[str]) -> Any:
+    from rootproof.boundary.store import CanonicalInvocation, InvocationStatus
+    from rootproof.tools.refs import EvidenceRef
+
+    refs = [EvidenceRef(raw_path=f"$.entries[{i}]", text=t, data_source="snapshot") for i, t in enumerate(texts)]
+    return CanonicalInvocation(
+        invocation_id=inv_id, run_id="r", session_id="s", step_index=0, tool_name=tool, arguments={}, scope_key=None,
+        status=InvocationStatus.READY, evidence_status="EVIDENCE_FOUND", data_source="snapshot", result={}, evidence_refs=refs,
+    )  # fmt: skip
+
+
+def _rc_draft(component: str, mechanism: str, culprit: str, inv_id: str, tool: str, path: str) -> Any:
+    from rootproof.agent.draft import DiagnosisDraft
+
+    return DiagnosisDraft.model_validate(
+        {
+            "summary": "s",
+            "root_cause": {"component": component, "mechanism": mechanism, "culprit": culprit, "claim_ids": ["c1"]},
+            "claims": [{"id": "c1", "text": "t", "kind": "root_cause", "citations": [{"invocation_id": inv_id, "tool_name": tool, "raw_path": path, "excerpt": "x" * 12}]}],
+        }
+    )
+
+
+def _focus(alert: AlertPayload, draft: Any, invocations: list[Any]) -> dict[str, Any]:
+    from rootproof.guard.aiops import evaluate_aiops
+
+    ev = evaluate_aiops(alert, content={"content_type": "DIAGNOSIS_REPORT"}, draft=draft, invocations=invocations)
+    return {c.rule: c for c in ev.checks}["focus_on_primary_alert"].__dict__
+
+
+def _plain(**labels: str) -> AlertPayload:
+    return parse_alert({"name": "EdgeGateway5xx", "severity": "warning", "service": "edge-nginx", "starts_at": "2026-02-16T15:30:00Z", "labels": labels})
+
+
+def test_focus_by_an_identifying_label_in_cited_evidence() -> None:
+    nginx = _inv("i1", "inspect_nginx", ["[error] upstream timed out (110) while reading response header, server: api.example.com"])
+    draft = _rc_draft("nginx", "upstream_timeout", "reports upstream", "i1", "inspect_nginx", "$.entries[0]")
+    assert _focus(_plain(server="api.example.com"), draft, [nginx])["passed"] is True
+    # Without the label the same evidence names nothing of the alert, and nothing links it.
+    assert _focus(_plain(team="platform"), draft, [nginx])["passed"] is False
+
+
+def test_focus_by_the_mechanism_showing_at_the_service_itself() -> None:
+    alert = parse_alert({"name": "LedgerErrors", "service": "ledger-api", "starts_at": "2026-04-27T22:41:00Z"})
+    logs = _inv(
+        "i1",
+        "query_logs",
+        [
+            "2026-04-27T22:44:00Z ERROR node-exporter [node.log] filesystem /var/lib/postgresql on pg-ledger-1 is 99.9% full",
+            "2026-04-27T22:45:00Z ERROR ledger-api [ledger-api.log] POST /v1/transfers 500: could not persist journal entry (DiskFull)",
+        ],
+    )
+    draft = _rc_draft("disk", "disk_full", "/var/lib/postgresql on pg-ledger-1", "i1", "query_logs", "$.entries[0]")
+    f = _focus(alert, draft, [logs])
+    assert f["passed"] is True and "disk_full at ledger-api" in f["detail"]
+    # A different mechanism is not shown by that line: no link.
+    other = _rc_draft("disk", "oom_kill", "/var/lib/postgresql on pg-ledger-1", "i1", "query_logs", "$.entries[0]")
+    assert _focus(alert, other, [logs])["passed"] is False
+
+
+def test_offline_planner_reaches_back_to_the_alerts_start(harness: Harness) -> None:
+    sc = load_scenario(TWO)
+    early = parse_alert({"name": "CheckoutLatencyHigh", "severity": "critical", "service": "checkout-service", "starts_at": "2026-09-14T09:30:00Z"})
+    out = harness.diagnose("", scenario=sc, alert=early)
+    logs = [o.invocation for o in out.outcomes if o.invocation.tool_name == "query_logs"]
+    args = [i.arguments for i in logs if isinstance(i.arguments, dict)]
+    assert (args[0]["service"], args[0]["since"]) == ("checkout-service", "30m")  # the first look: 10:00-10:30
+    # 10:30 back to 09:20 (the start minus a 10-minute margin), whole minutes, rounded up
+    assert ("checkout-service", "71m") in [(a.get("service"), a["since"]) for a in args[1:]]
+    # An alert that started inside the first window needs no second look.
+    out = harness.diagnose("", scenario=sc, alert=_two_alerts())
+    windows = [o.invocation.arguments.get("since") for o in out.outcomes if o.invocation.tool_name == "query_logs" and isinstance(o.invocation.arguments, dict)]
+    assert set(windows) == {"30m"}

@@ -278,6 +278,8 @@ def trace(run_id: Annotated[str, typer.Argument(help="A run id.")], as_json: Jso
         p = run["alert"]["primary"]
         print(f"  alert ({run['alert']['source']}): {p['name']} {p['severity']} service={p['service']} related={len(run['alert']['related'])}")
     ev, sem = se.get("evidence_guard"), se.get("semantic_guard")
+    if se.get("rule_set_version") and not ev:
+        print(f"  guard rule set: {se['rule_set_version']} (the guards did not run)")
     if ev:
         print(f"  evidence guard: passed={ev['passed']} codes={ev['codes']} rules={len(ev['rules'])} rule_set_version={ev['rule_set_version']}")
     if sem:

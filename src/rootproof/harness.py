@@ -27,6 +27,7 @@ from rootproof.guard.aiops import evaluate_aiops
 from rootproof.guard.evidence import EvidenceGuardResult
 from rootproof.guard.fallback import FallbackType, SafeFallbackFactory
 from rootproof.guard.release import ReleaseDecision, release_draft, tool_trace_summary
+from rootproof.guard.rules import rule_set
 from rootproof.guard.semantic import LlmJudge, OfflineJudge, SemanticGuard, SemanticResult
 from rootproof.run.context import RunBudget, RunCancellation, RunContext, ToolScope
 from rootproof.run.events import EventStream, Listener
@@ -356,6 +357,7 @@ class Harness:
         )
         out.draft, out.evidence, out.semantic = loop.draft, decision.evidence, decision.semantic
         record.self_evaluation = {
+            "rule_set_version": decision.evidence.rule_set_version,
             "evidence_guard": decision.evidence.as_dict(),
             "semantic_guard": decision.semantic.as_dict() if decision.semantic else None,
             "tool_trace_summary": tool_trace_summary(self.canonical, ctx.run_id, loop.draft),
@@ -402,12 +404,25 @@ class Harness:
         out.duration_ms, out.tokens = ctx.elapsed_ms(), ctx.usage.tokens
         events.emit("done", {"release_outcome": outcome, "status": status, "duration_ms": out.duration_ms, "tokens": out.tokens})
 
+    def _evaluation(self, record: RunRecord) -> dict[str, Any]:
+        """Every trace names the guards' rule set in force and summarises its tool calls, even when the guards never ran."""
+        se = {**_EMPTY_EVALUATION, **(record.self_evaluation or {})}
+        if not se.get("rule_set_version"):
+            try:
+                se["rule_set_version"] = rule_set().version
+            except ConfigError as exc:
+                se["rule_set_version"] = f"unavailable: {exc}"
+        if se.get("tool_trace_summary") is None:
+            se["tool_trace_summary"] = tool_trace_summary(self.canonical, record.run_id, None)
+        return se
+
     def _finish(self, record: RunRecord, ctx: RunContext, *, status: str, outcome: str, content: dict[str, Any] | None, fallback: str | None) -> None:
         record.status = status
         record.release_outcome = outcome
         record.content = content
         record.fallback_type = fallback
         record.lifecycle_state = str(ctx.lifecycle.state)
+        record.self_evaluation = self._evaluation(record)
         record.budget_usage = ctx.usage.as_dict()
         record.tokens = ctx.usage.tokens
         record.ended_at = datetime.now(UTC)
@@ -415,7 +430,7 @@ class Harness:
         self.sink.save_run(record)
 
 
-_EMPTY_EVALUATION: dict[str, Any] = {"evidence_guard": None, "semantic_guard": None, "tool_trace_summary": None, "aiops_rule_evaluation": None}
+_EMPTY_EVALUATION: dict[str, Any] = {"rule_set_version": None, "evidence_guard": None, "semantic_guard": None, "tool_trace_summary": None, "aiops_rule_evaluation": None}
 
 
 def _OFFLINE_TYPES() -> tuple[type, ...]:  # noqa: N802 - a lazily built constant

@@ -133,4 +133,21 @@ def test_llm_judge_and_router_over_http(fake_openai: FakeOpenAI, tmp_path: Path,
     assert (out.release_outcome, out.fallback_type) == ("FALLBACK", fallback)
     router_req, judge_req = fake_openai.requests[0], fake_openai.requests[3]
     assert "tools" not in router_req and "tools" not in judge_req and judge_req["temperature"] == 0.0
-    assert json.loads(judge_req["messages"][1]["content"])["claim"].startswith("PostgreSQL logs:")
+    asked = json.loads(judge_req["messages"][1]["content"])
+    assert asked["claim"].startswith("PostgreSQL logs:")
+    # The judge's only view of the trace is the compact ToolTraceSummary: no raw results, no ref texts.
+    assert set(asked) == {"question", "claim", "evidence", "tool_trace"}
+    summary = asked["tool_trace"]
+    assert [t["tool"] for t in summary] == ["query_logs"]
+    assert set(summary[0]) == {"invocation_id", "tool", "status", "evidence_status", "evidence_count", "cited_paths"}
+    assert summary[0]["status"] == "READY" and summary[0]["cited_paths"]
+    run = store.get_run(out.run_id)
+    assert run is not None and run.self_evaluation is not None
+    assert run.self_evaluation["tool_trace_summary"] == summary
+    sem = run.self_evaluation["semantic_guard"]
+    assert sem["judge"] == "llm-judge-v1" and sem["rule_set_version"].startswith("guard-rules-v")
+    assert {r["code"] for r in sem["rules"]} == {"EVERY_CLAIM_SUPPORTED", "FAIL_CLOSED", "JUDGE_UNSUPPORTED", "JUDGE_NOT_ENOUGH_INFO"}
+    if fallback == "SEMANTIC_UNSUPPORTED":
+        assert [v["code"] for v in sem["verdicts"]] == ["JUDGE_NOT_ENOUGH_INFO"]
+    else:
+        assert sem["available"] is False and sem["verdicts"] == []

@@ -106,7 +106,8 @@ def _snapshot(
     print(
         f"eval {data['eval_id']} {data['state']}: {s['scenarios']} scenarios, mean {s['mean_score']}, pass rate {s['pass_rate']}, "
         f"publish {s['publish_rate']}, fallback {s['fallback_rate']}, false-confident {s['false_confident_rate']}, "
-        f"hard gates {s['hard_gate_violations']}, {s['wall_time_s']} s ({s['scenarios_per_second']} scenarios/s, jobs {s['jobs']})"
+        f"hard gates {s['hard_gate_violations']}, AIOps rules passed {s.get('aiops_pass_rate')} of {s.get('alert_scenarios', 0)} alert runs, "
+        f"{s['wall_time_s']} s ({s['scenarios_per_second']} scenarios/s, jobs {s['jobs']})"
     )
 
 
@@ -165,6 +166,7 @@ def _show(
         "publish_rate",
         "fallback_rate",
         "false_confident_rate",
+        "aiops_pass_rate",
         "wall_time_s",
         "scenarios_per_second",
         "jobs",

@@ -141,8 +141,16 @@ def case_row(c: CaseResult) -> dict[str, Any]:
         "duration_ms": obs.duration_ms,
         "failure_class": s.failure_class,
         "failure_reasons": list(s.failure_reasons),
+        "aiops": _aiops_row(obs.aiops),
         "run_id": obs.run_id,
     }
+
+
+def _aiops_row(ev: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An alert-mode run's AIOps rules: passed, and the rules that failed with their details."""
+    if ev is None:
+        return None
+    return {"passed": ev["passed"], "failed": [{"rule": c["rule"], "detail": c["detail"]} for c in ev["checks"] if not c["passed"]]}
 
 
 def report_json(suite: SuiteResult) -> dict[str, Any]:

@@ -149,6 +149,8 @@ class CaseObservation:
     draft_refs: list[CitedRef] = field(default_factory=list)
     """Citations of the draft whatever its fate (for the report's timeline only)."""
     ground_truth_reads: list[str] = field(default_factory=list)
+    aiops: dict[str, Any] | None = None
+    """`aiops_rule_evaluation` of an alert-mode run (recorded, not scored)."""
     tool_call_budget: int = 12
     model: str | None = None
     duration_ms: int = 0

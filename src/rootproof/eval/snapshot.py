@@ -194,6 +194,7 @@ def _observe(scenario_id: str, h: Harness, out: RunOutcome, budget: int, model_n
             for v in (out.semantic.verdicts if out.semantic is not None else [])
         ],
         "tool_audit": audit,
+        "aiops": out.aiops_rule_evaluation,
         "cited_refs": _citations(published, invocations) if published is not None else [],
         "draft_refs": _citations(draft, invocations) if draft is not None else [],
         "tool_call_budget": budget,
@@ -296,6 +297,7 @@ def summarize(cases: list[CaseResult], *, wall_s: float, jobs: int) -> dict[str,
     """The report's summary: scores, pass rate, trust metrics and throughput."""
     n = len(cases)
     scores = [c.score for c in cases]
+    alerts = [c for c in cases if c.observation.aiops is not None]
     by_dim = {d: round(sum(s.dimensions[d].score for s in scores) / n, 2) if n else 0.0 for d in DIMENSIONS}
     return {
         "scenarios": n,
@@ -310,6 +312,8 @@ def summarize(cases: list[CaseResult], *, wall_s: float, jobs: int) -> dict[str,
         if n
         else 0.0,
         "false_confident_rate": round(sum(1 for s in scores if s.false_confident) / n, 4) if n else 0.0,
+        "alert_scenarios": len(alerts),
+        "aiops_pass_rate": round(sum(1 for c in alerts if c.observation.aiops and c.observation.aiops["passed"]) / len(alerts), 4) if alerts else None,
         "wall_time_s": round(wall_s, 3),
         "scenarios_per_second": round(n / wall_s, 4) if wall_s > 0 else 0.0,
         "jobs": jobs,

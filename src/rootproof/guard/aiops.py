@@ -4,8 +4,10 @@ It records whether the run stayed on the input alert; it never blocks release (t
 Rules:
 - `report_present`: the user received a report (published) or the safe fallback.
 - `focus_on_primary_alert`: the diagnosis's root cause, if any, is about the primary alert: its
-  culprit or its cited evidence names the primary alert's service, or its cited evidence comes
-  from a component that this run's evidence links to that service (one runtime ref names both).
+  culprit or its cited evidence names the primary alert's service (or an identifying label value:
+  instance, pod, server, route, …), or its cited evidence comes from a component that this run's
+  evidence links to that service (one runtime ref names both, or a ref naming the service shows
+  the root cause's mechanism itself, e.g. `DiskFull` for disk_full).
 - `evidence_tools_used`: lookup_knowledge and at least one of query_logs / query_metrics
   returned READY.
 - `no_related_alert_promoted`: the root cause is not a related alert's incident instead of the
@@ -46,6 +48,13 @@ _COMPONENT_WORDS: dict[str, tuple[str, ...]] = {
     "tls": ("tls", "ssl", "certificate"),
 }
 _LOG_SERVICE = re.compile(r"^\S+\s+[A-Z]+\s+(\S+)\s+\[")
+# Labels that identify what an alert is about (beyond team or environment): their values, when
+# evidence names them, tie that evidence to the alert (nginx's `server: api.example.com`).
+_IDENTIFYING_LABELS = (
+    "service", "app", "job", "container", "pod", "instance", "host", "hostname", "server", "node", "route", "path",
+    "endpoint", "deployment", "statefulset", "daemonset", "datname", "database", "db", "queue", "topic", "consumergroup",
+)  # fmt: skip
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _RUNTIME = frozenset({"query_logs", "query_metrics", "inspect_postgres", "inspect_redis", "inspect_nginx"})
 
 
@@ -130,15 +139,34 @@ def _root_cause_text(draft: DiagnosisDraft) -> tuple[str, list[tuple[str, str]]]
     return text, cites
 
 
+def _identifiers(alert: AlertPayload) -> list[str]:
+    """The primary alert's service and identifying label values (an instance without its port)."""
+    p = alert.primary
+    out = [p.service] if p.service else []
+    for key in _IDENTIFYING_LABELS:
+        value = p.labels.get(key, "")
+        if key == "instance":
+            value = value.rsplit(":", 1)[0] if re.search(r":\d+$", value) else value
+        if len(value) >= 3 and value not in out:
+            out.append(value)
+    return out
+
+
+def _tokens(text: str) -> set[str]:
+    return {t.casefold() for t in re.split(r"[^0-9A-Za-z]+", _CAMEL.sub(" ", text)) if t}
+
+
 def _focus(alert: AlertPayload, draft: DiagnosisDraft | None, invocations: list[CanonicalInvocation]) -> tuple[bool, str]:
-    service = alert.primary.service
+    ids = _identifiers(alert)
     if draft is None or draft.root_cause is None:
         return True, "no root cause named, so nothing strays from the primary alert"
-    if not service:
+    if not ids:
         return True, "the primary alert names no service; focus cannot be judged"
+    service = ids[0]
     rc = draft.root_cause
-    if rc.culprit and _names(rc.culprit, service):
-        return True, f"the culprit names the primary alert's service {service}"
+    hit = _any_named(rc.culprit or "", ids)
+    if hit:
+        return True, f"the culprit names the primary alert's {hit}"
     _, cites = _root_cause_text(draft)
     by_id = {i.invocation_id: i for i in invocations}
     sources: set[str] = set(_COMPONENT_WORDS.get(rc.component, ()))
@@ -147,27 +175,32 @@ def _focus(alert: AlertPayload, draft: DiagnosisDraft | None, invocations: list[
         ref = inv.ref(path) if inv is not None else None
         if inv is None or ref is None:
             continue
-        if _names(ref.text, service):
-            return True, f"cited evidence {inv.tool_name} {path} names {service}"
+        hit = _any_named(ref.text, ids)
+        if hit:
+            return True, f"cited evidence {inv.tool_name} {path} names {hit}"
         m = _LOG_SERVICE.match(ref.text) if inv.tool_name == "query_logs" else None
         if m:
             sources.add(m.group(1))
         comp = _TOOL_COMPONENT.get(inv.tool_name)
         if comp:
             sources |= set(_COMPONENT_WORDS.get(comp, ()))
-    sources.discard(service)
+    sources -= set(ids)
+    signature = set(rc.mechanism.split("_"))
     for inv in invocations:
         if inv.tool_name not in _RUNTIME or inv.status is not InvocationStatus.READY:
             continue
         from_component = _TOOL_COMPONENT.get(inv.tool_name)
         for ref in inv.evidence_refs:
-            if not _names(ref.text, service):
+            hit = _any_named(ref.text, ids)
+            if not hit:
                 continue
             if from_component and set(_COMPONENT_WORDS.get(from_component, ())) & sources:
-                return True, f"{inv.tool_name} {ref.raw_path} links {service} to the cited component {from_component}"
-            hit = _any_named(ref.text, sorted(sources))
-            if hit:
-                return True, f"{inv.tool_name} {ref.raw_path} links {service} to {hit}, where the cited evidence comes from"
+                return True, f"{inv.tool_name} {ref.raw_path} links {hit} to the cited component {from_component}"
+            linked = _any_named(ref.text, sorted(sources))
+            if linked:
+                return True, f"{inv.tool_name} {ref.raw_path} links {hit} to {linked}, where the cited evidence comes from"
+            if signature <= _tokens(ref.text):
+                return True, f"{inv.tool_name} {ref.raw_path} shows {rc.mechanism} at {hit} itself"
     return False, f"neither the culprit nor the cited evidence names {service}, and no evidence links it to the cited components ({', '.join(sorted(sources)) or 'none'})"
 
 

@@ -59,7 +59,7 @@ class RunRecord:
     alert: dict[str, Any] | None = None
     """The input alert payload, normalised (alert mode only)."""
     self_evaluation: dict[str, Any] | None = None
-    """{evidence_guard, semantic_guard, tool_trace_summary, aiops_rule_evaluation}."""
+    """{rule_set_version, evidence_guard, semantic_guard, tool_trace_summary, aiops_rule_evaluation}."""
     budget_usage: dict[str, Any] | None = None
     tokens: int = 0
     error: str | None = None

@@ -51,6 +51,8 @@ class Observation:
     omitted: int = 0
     code: str | None = None
     step: int = 0
+    window: dict[str, str] | None = None
+    """The time window the tool searched ({from, to}), when it has one."""
 
     @property
     def kind(self) -> str | None:
@@ -99,6 +101,7 @@ def observations_from(messages: list[Message]) -> list[Observation]:
                     omitted=int(obs.get("omitted", 0) or 0),
                     code=obs.get("code"),
                     step=st,
+                    window=obs.get("window") if isinstance(obs.get("window"), dict) else None,
                 )
             )
     return out

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from rootproof.agent.models.base import ModelRequest, ModelTurn, ToolCall, UserMessage
@@ -40,6 +41,8 @@ ROOT_THRESHOLD = 3.0
 MARGIN = 1.5
 """Seen weight the best hypothesis needs over the runner-up."""
 LOOKUP_TOP_K = 3
+ALERT_MARGIN = timedelta(minutes=10)
+"""How far before an alert's start its evidence is looked for."""
 """Results per lookup: three chunks fit whole in a 4 KiB observation, so none is omitted unseen."""
 CONTEXT_WEIGHT = 1.0
 """Signals lighter than this are context: cited when their hypothesis is confirmed, never scored."""
@@ -95,6 +98,28 @@ def _alert(question: str) -> dict[str, Any]:
         primary = data.get("primary_alert") if isinstance(data, dict) else None
         return primary if isinstance(primary, dict) else {}
     return {}
+
+
+def _since_alert_start(alert: dict[str, Any], observations: list[Observation]) -> dict[str, Any] | None:
+    """Arguments of a log query reaching back to the alert's start (minus a margin), when the
+    first look's window began after it; None when the first look already covered it."""
+    try:
+        start = datetime.fromisoformat(str(alert.get("starts_at", "")).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    first = next((o for o in observations if o.tool == "query_logs" and o.step == 0 and o.ready and o.window), None)
+    if first is None or first.window is None:
+        return None
+    try:
+        lo = datetime.fromisoformat(first.window["from"].replace("Z", "+00:00"))
+        hi = datetime.fromisoformat(first.window["to"].replace("Z", "+00:00"))
+    except (KeyError, ValueError):
+        return None
+    begin = start - ALERT_MARGIN
+    if begin >= lo:
+        return None
+    minutes = min(int((hi - begin).total_seconds() // 60) + 1, 7 * 24 * 60)
+    return {**first.args, "since": f"{minutes}m"}
 
 
 def _excerpt(text: str, anchors: list[str]) -> str:
@@ -265,6 +290,13 @@ class OfflinePlanner:
                     calls.append(ToolCall(id=f"s{step}-wide", name="query_logs", arguments=wide))
                     used["query_logs"] = used.get("query_logs", 0) + 1
                     total += 1
+        # The alert started before the first look's window: look again from its start.
+        wider = _since_alert_start(_alert(question), observations)
+        if wider is not None and "query_logs" not in blocked and json.dumps(["query_logs", wider], sort_keys=True) not in done:
+            done.add(json.dumps(["query_logs", wider], sort_keys=True))
+            calls.append(ToolCall(id=f"s{step}-alert-window", name="query_logs", arguments=wider))
+            used["query_logs"] = used.get("query_logs", 0) + 1
+            total += 1
         ranked = sorted(candidates, key=lambda c: (-c.seen, c.rank))
         best = ranked[0] if ranked else None
         runner = ranked[1].seen if len(ranked) > 1 else 0.0
