@@ -166,6 +166,10 @@ def diagnose(
         emit_json(out.public())
     else:
         _print_content(out.content)
+        ai = out.aiops_rule_evaluation
+        if ai is not None:
+            failed = [f"{c['rule']} ({c['detail']})" for c in ai["checks"] if not c["passed"]]
+            print("  AIOps rules: " + ("passed" if ai["passed"] else "FAILED " + "; ".join(failed)))
         err.print(f"[dim]trace: rootproof trace {out.run_id}[/dim]")
 
 

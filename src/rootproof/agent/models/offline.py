@@ -59,6 +59,7 @@ BROAD = {
 }
 _STOP_CODES = {"SCOPE_SATURATED", "BUDGET_EXHAUSTED", "TOOL_NOT_ALLOWED", "CIRCUIT_OPEN"}
 _CARD_ID = re.compile(r"^\[([a-z0-9-]+)\]")
+_LOG_LINE = re.compile(r"^\S+\s+[A-Z]+\s+(\S+)\s+\[[^\]]*\]\s+(.+)$")
 
 _LABELS_ZH = {
     "row_lock_contention": "行锁争用", "deadlock": "死锁", "connection_exhaustion": "连接耗尽", "pool_leak": "连接池泄漏",
@@ -580,7 +581,12 @@ class OfflinePlanner:
                         parts = [f"pid {row['pid']}"] + [f"{k}={row[k]}" for k in ("state", "application_name") if row.get(k) not in (None, "", [])]
                         return ", ".join(str(p) for p in parts)
         top = c.top_hits(1)
-        return _excerpt(top[0].text, [])[:200] if top else ""
+        if not top:
+            return ""
+        # A log line names its service and message; its timestamp, level, file and any stack trace are noise here.
+        first = top[0].text.strip().splitlines()[0]
+        m = _LOG_LINE.match(first)
+        return (f"{m.group(1)}: {m.group(2)}" if m else _excerpt(first, []))[:200]
 
     @staticmethod
     def _describe(s: Signal) -> str:
