@@ -178,33 +178,28 @@ def _cite(o: dict[str, Any], r: dict[str, Any], excerpt: str) -> dict[str, Any]:
     return {"invocation_id": o["invocation_id"], "tool_name": o["tool"], "raw_path": r["raw_path"], "excerpt": excerpt}
 
 
+def _one_claim_draft(requests: list[ModelRequest], needle: str, excerpt: str, claim: str, root_cause: dict[str, Any]) -> dict[str, Any]:
+    """A draft whose root cause rests on one claim quoting `excerpt` from the ref that contains `needle`."""
+    o, r = _ref(requests, needle)
+    return {
+        "summary": f"{root_cause['component']} {root_cause['mechanism']}",
+        "root_cause": {**root_cause, "claim_ids": ["c1"]},
+        "claims": [{"id": "c1", "text": claim, "kind": "root_cause", "citations": [_cite(o, r, excerpt)]}],
+    }
+
+
 def _related_draft(requests: list[ModelRequest]) -> dict[str, Any]:
     """Diagnoses the related alert (report-worker's full disk) instead of the primary one."""
-    o, r = _ref(requests, "No space left on device")
-    return {
-        "summary": "report-worker's spool disk is full",
-        "root_cause": {"component": "disk", "mechanism": "disk_full", "culprit": "report-worker /var/spool/reports", "claim_ids": ["c1"]},
-        "claims": [
-            {
-                "id": "c1",
-                "text": "report-worker logs \"export job 8812 failed: OSError: [Errno 28] No space left on device\"",
-                "kind": "root_cause",
-                "citations": [_cite(o, r, "report-worker [report-worker.log] export job 8812 failed: OSError: [Errno 28] No space left on device")],
-            }
-        ],
-    }
+    excerpt = "report-worker [report-worker.log] export job 8812 failed: OSError: [Errno 28] No space left on device"
+    claim = 'report-worker logs "export job 8812 failed: OSError: [Errno 28] No space left on device"'
+    return _one_claim_draft(requests, "No space left on device", excerpt, claim, {"component": "disk", "mechanism": "disk_full", "culprit": "report-worker /var/spool/reports"})
 
 
 def _linked_draft(requests: list[ModelRequest]) -> dict[str, Any]:
     """Diagnoses the primary alert, citing only PostgreSQL's own log: linked by evidence."""
-    o, r = _ref(requests, "still waiting for ShareLock")
-    return {
-        "summary": "row lock contention on carts",
-        "root_cause": {"component": "postgresql", "mechanism": "row_lock_contention", "culprit": "transaction 55120", "claim_ids": ["c1"]},
-        "claims": [
-            {"id": "c1", "text": "PostgreSQL logs \"process 7344 still waiting for ShareLock on transaction 55120\"", "kind": "root_cause", "citations": [_cite(o, r, "process 7344 still waiting for ShareLock on transaction 55120")]}
-        ],
-    }
+    excerpt = "process 7344 still waiting for ShareLock on transaction 55120"
+    claim = f'PostgreSQL logs "{excerpt}"'
+    return _one_claim_draft(requests, "still waiting for ShareLock", excerpt, claim, {"component": "postgresql", "mechanism": "row_lock_contention", "culprit": "transaction 55120"})
 
 
 def _run(harness: Harness, draft: Any) -> Any:

@@ -38,6 +38,30 @@ _ZERO_TIME_YEAR = 1  # Alertmanager and Grafana send 0001-01-01T00:00:00Z for "n
 MAX_RELATED = 20
 
 
+_QUESTION: dict[str, dict[str, str]] = {
+    "en": {
+        "head": "Alert {name} (severity {severity}) is {state} on {service} since {when}",
+        "firing": "firing",
+        "resolved": "resolved",
+        "unknown": "an unknown service",
+        "summary": "summary: {}",
+        "labels": "labels: {}",
+        "sep": "; ",
+        "ask": ". What is causing it?",
+    },
+    "zh": {
+        "head": "告警 {name}（级别 {severity}）自 {when} 起在 {service} 上{state}",
+        "firing": "正在触发",
+        "resolved": "已恢复",
+        "unknown": "未知服务",
+        "summary": "摘要：{}",
+        "labels": "标签：{}",
+        "sep": "；",
+        "ask": "。根因是什么？",
+    },
+}
+
+
 def _label_value(value: Any) -> Any:
     """Labels are strings; YAML files may hold numbers or booleans, which mean their text."""
     if isinstance(value, bool):
@@ -178,22 +202,13 @@ class AlertPayload(BaseModel):
         lang = language or self.language
         labels = ", ".join(f"{k}={v}" for k, v in p.labels.items() if k not in ("alertname", "severity"))
         when = p.starts_at.strftime("%Y-%m-%d %H:%M:%SZ")
-        svc = p.service or ("未知服务" if lang == "zh" else "an unknown service")
-        if lang == "zh":
-            state = "已恢复" if p.status == "resolved" else "正在触发"
-            parts = [f"告警 {p.name}（级别 {p.severity}）自 {when} 起在 {svc} 上{state}"]
-            if p.summary:
-                parts.append(f"摘要：{p.summary}")
-            if labels:
-                parts.append(f"标签：{labels}")
-            return "；".join(parts) + "。根因是什么？"
-        state = "resolved" if p.status == "resolved" else "firing"
-        parts = [f"Alert {p.name} (severity {p.severity}) is {state} on {svc} since {when}"]
+        t = _QUESTION[lang if lang in _QUESTION else "en"]
+        parts = [t["head"].format(name=p.name, severity=p.severity, service=p.service or t["unknown"], when=when, state=t[p.status])]
         if p.summary:
-            parts.append(f"summary: {p.summary}")
+            parts.append(t["summary"].format(p.summary))
         if labels:
-            parts.append(f"labels: {labels}")
-        return "; ".join(parts) + ". What is causing it?"
+            parts.append(t["labels"].format(labels))
+        return t["sep"].join(parts) + t["ask"]
 
     def router_text(self) -> str:
         """The router's bounded input: the alert's title and labels."""
