@@ -156,6 +156,10 @@ def test_offline_planner_scopes_to_the_primary_alert(harness: Harness) -> None:
     assert out.draft is not None and out.draft.root_cause is not None
     assert (out.draft.root_cause.component, out.draft.root_cause.mechanism) == ("postgresql", "row_lock_contention")
     assert out.aiops_rule_evaluation is not None and out.aiops_rule_evaluation["passed"] is True, out.aiops_rule_evaluation
+    # The report shows the symptom at the alerted service, from its own error lines (not the related alert's).
+    symptom = [c for c in out.draft.claims if c.text.startswith("Symptom at checkout-service")]
+    assert len(symptom) == 1 and "PSQLException" in symptom[0].text
+    assert all("report-worker" not in c.excerpt for c in symptom[0].citations)
 
 
 # -- AiOpsRuleEvaluation on scripted drafts -----------------------------------------------------

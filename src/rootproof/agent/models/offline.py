@@ -59,6 +59,7 @@ BROAD = {
 }
 _STOP_CODES = {"SCOPE_SATURATED", "BUDGET_EXHAUSTED", "TOOL_NOT_ALLOWED", "CIRCUIT_OPEN"}
 _CARD_ID = re.compile(r"^\[([a-z0-9-]+)\]")
+_LOG_LEVEL = re.compile(r"^\S+\s+(ERROR|FATAL|WARN)\s+(\S+)\s+\[")
 _LOG_LINE = re.compile(r"^\S+\s+[A-Z]+\s+(\S+)\s+\[[^\]]*\]\s+(.+)$")
 
 _LABELS_ZH = {
@@ -449,6 +450,12 @@ class OfflinePlanner:
                 ex = _excerpt(rest[0][1].text, signal_strings(rest[0][0]))
                 text = f"更多支持证据（{label}）：“{ex}”" if zh else f"More evidence for {label}: \"{ex}\""
                 rc_ids.append(add_claim(text, "root_cause", [cite(h, signal_strings(sig)) for sig, h in rest[:8]]))
+            symptom = self._symptom(_alert(question), observations, shown)
+            if symptom:
+                svc = symptom[0][0]
+                ex = _excerpt(symptom[0][1].text, [])
+                text = f"{svc} 症状：“{ex}”" if zh else f"Symptom at {svc}: \"{ex}\""
+                add_claim(text, "finding", [cite(h, []) for _, h in symptom])
             card_ref = self._card_hit(best, observations)
             kc_ids = []
             if card_ref is not None:
@@ -564,6 +571,32 @@ class OfflinePlanner:
                 if m and m.group(1) in c.cards:
                     return Hit(invocation_id=o.invocation_id, tool=o.tool, raw_path=str(ref["raw_path"]), text=str(ref["text"]), data_source=str(ref.get("data_source", "knowledge")))
         return None
+
+    @staticmethod
+    def _symptom(alert: dict[str, Any], observations: list[Observation], shown: set[tuple[str, str]]) -> list[tuple[str, Hit]]:
+        """Error lines of the service in question, not quoted yet: the alert's service, else the
+        service with the most ERROR/FATAL lines; up to 4, the most severe first."""
+        lines: list[tuple[int, str, Hit]] = []
+        seen: set[tuple[str, str]] = set(shown)
+        for o in observations:
+            if o.tool != "query_logs" or not o.ready:
+                continue
+            for r in o.refs:
+                m = _LOG_LEVEL.match(str(r.get("text", "")))
+                key = (o.invocation_id, str(r.get("raw_path", "")))
+                if m is None or key in seen:
+                    continue
+                seen.add(key)
+                hit = Hit(invocation_id=o.invocation_id, tool=o.tool, raw_path=key[1], text=str(r["text"]), data_source=str(r.get("data_source", o.data_source)))
+                lines.append((0 if m.group(1) in ("ERROR", "FATAL") else 1, m.group(2), hit))
+        if not lines:
+            return []
+        service = str(alert.get("service") or "")
+        if not service:
+            errors = [svc for sev, svc, _ in lines if sev == 0]
+            service = max(set(errors), key=errors.count) if errors else ""
+        picked = sorted((ln for ln in lines if ln[1] == service), key=lambda ln: ln[0])
+        return [(svc, h) for _, svc, h in picked[:4]]
 
     @staticmethod
     def _culprit(c: Candidate) -> str:
