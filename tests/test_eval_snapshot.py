@@ -484,6 +484,10 @@ def test_a_user_folder_outside_the_package_runs_and_persists(
         "jobs",
     }
     assert data["summary"]["publish_rate"] == 0.5 and data["summary"]["jobs"] == 2
+    # pg-row-lock carries an alert: its run is in alert mode and records the AIOps rules; payment-timeout has none.
+    assert (data["summary"]["alert_scenarios"], data["summary"]["aiops_pass_rate"]) == (1, 1.0)
+    rows = {r["id"]: r for r in data["scenarios"]}
+    assert rows["pg-row-lock"]["aiops"] == {"passed": True, "failed": []} and rows["payment-timeout"]["aiops"] is None
     text = json.dumps(data)
     assert "openai_api_key" not in text
 
@@ -495,6 +499,7 @@ def test_a_user_folder_outside_the_package_runs_and_persists(
 
     page = render_html(suite)
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "<style>" in page
+    assert page.count("AIOps rules (aiops-rules-v1)") == 1
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in page
     knowledge_texts = [
         r.text

@@ -329,8 +329,19 @@ def _case(c: CaseResult) -> str:
         f"failure class {_e(s.failure_class or '—')} · {obs.duration_ms} ms · run <code>{_e(obs.run_id)}</code></p>"
         f"{f'<ul>{why}</ul>' if why else ''}"
         f"<table><tr><th>dimension</th><th>points</th><th>reasons</th></tr>{dims}</table>"
-        f"<h3>Timeline of tool calls</h3>{_timeline(obs)}{_citations(obs)}{_guards(obs)}{_released(obs)}</div>"
+        f"<h3>Timeline of tool calls</h3>{_timeline(obs)}{_citations(obs)}{_guards(obs)}{_aiops(obs)}{_released(obs)}</div>"
     )
+
+
+def _aiops(obs: CaseObservation) -> str:
+    """An alert-mode run's AIOps rules (recorded, not scored)."""
+    if obs.aiops is None:
+        return ""
+    rows = "".join(
+        f"<tr><td>{_e(c['rule'])}</td><td>{'<span class=pass>pass</span>' if c['passed'] else '<span class=fail>fail</span>'}</td><td>{_e(c['detail'])}</td></tr>"
+        for c in obs.aiops["checks"]
+    )
+    return f"<h3>AIOps rules ({_e(obs.aiops['rule_set_version'])})</h3><table><tr><th>rule</th><th>result</th><th>detail</th></tr>{rows}</table>"
 
 
 def render_html(suite: SuiteResult) -> str:
@@ -343,6 +354,7 @@ def render_html(suite: SuiteResult) -> str:
         ("hard-gate violations", s.get("hard_gate_violations")),
         ("publish rate", s.get("publish_rate")),
         ("fallback rate", s.get("fallback_rate")),
+        ("AIOps rules passed (alert runs)", f"{s.get('aiops_pass_rate')} of {s.get('alert_scenarios', 0)}"),
         ("false-confident rate", s.get("false_confident_rate")),
         ("wall time (s)", s.get("wall_time_s")),
         ("scenarios / s", s.get("scenarios_per_second")),
