@@ -330,3 +330,13 @@ def test_offline_planner_reaches_back_to_the_alerts_start(harness: Harness) -> N
     out = harness.diagnose("", scenario=sc, alert=_two_alerts())
     windows = [o.invocation.arguments.get("since") for o in out.outcomes if o.invocation.tool_name == "query_logs" and isinstance(o.invocation.arguments, dict)]
     assert set(windows) == {"30m"}
+
+
+def test_focus_by_a_host_both_the_service_and_the_cited_evidence_name() -> None:
+    alert = parse_alert({"name": "BillingPortalReportErrors", "service": "billing-portal", "starts_at": "2026-11-26T11:00:00Z"})
+    nginx = _inv("i1", "inspect_nginx", ['upstream timed out (110: Connection timed out) while reading response header from upstream, server: api-gw.internal, host: "api-gw.internal"'])
+    portal = _inv("i2", "query_logs", ["2026-11-26T11:05:31Z ERROR billing-portal [reports] requests.exceptions.HTTPError: 504 Server Error: Gateway Time-out for url: http://api-gw.internal/reports/v1/export"])
+    draft = _rc_draft("nginx", "upstream_timeout", "report exports behind the gateway", "i1", "inspect_nginx", "$.entries[0]")
+    f = _focus(alert, draft, [nginx, portal])
+    assert f["passed"] is True and "links billing-portal to api-gw.internal" in f["detail"]
+    assert _focus(alert, draft, [nginx])["passed"] is False

@@ -55,6 +55,9 @@ _IDENTIFYING_LABELS = (
     "endpoint", "deployment", "statefulset", "daemonset", "datname", "database", "db", "queue", "topic", "consumergroup",
 )  # fmt: skip
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+# Hosts the cited evidence talks to or serves (nginx `server:` / `host:`, URLs): a ref of the
+# alerted service naming the same host ties the service to that evidence.
+_HOST = re.compile(r'(?:\bserver:\s*|\bhost:\s*"?|[a-z]+://)([A-Za-z0-9][A-Za-z0-9.-]*[A-Za-z0-9])')
 _RUNTIME = frozenset({"query_logs", "query_metrics", "inspect_postgres", "inspect_redis", "inspect_nginx"})
 
 
@@ -184,6 +187,7 @@ def _focus(alert: AlertPayload, draft: DiagnosisDraft | None, invocations: list[
         comp = _TOOL_COMPONENT.get(inv.tool_name)
         if comp:
             sources |= set(_COMPONENT_WORDS.get(comp, ()))
+        sources |= {h for h in _HOST.findall(ref.text) if len(h) >= 4}
     sources -= set(ids)
     signature = set(rc.mechanism.split("_"))
     for inv in invocations:
