@@ -392,8 +392,7 @@ class Harness:
         terminal: RunState = RunState.COMPLETED,
     ) -> None:
         if out.alert is not None:
-            draft = out.draft if out.draft is not None else None
-            aiops = evaluate_aiops(out.alert, content=content, draft=draft, invocations=self.canonical.for_run(ctx.run_id)).as_dict()
+            aiops = evaluate_aiops(out.alert, content=content, draft=out.draft, invocations=self.canonical.for_run(ctx.run_id)).as_dict()
             record.self_evaluation = {**(record.self_evaluation or _EMPTY_EVALUATION), "aiops_rule_evaluation": aiops}
             out.aiops_rule_evaluation = aiops
         events.emit("content", content)
