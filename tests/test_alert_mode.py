@@ -340,3 +340,4 @@ def test_focus_by_a_host_both_the_service_and_the_cited_evidence_name() -> None:
     f = _focus(alert, draft, [nginx, portal])
     assert f["passed"] is True and "links billing-portal to api-gw.internal" in f["detail"]
     assert _focus(alert, draft, [nginx])["passed"] is False
+

@@ -258,11 +258,15 @@ def _framing(text: str, excerpts: list[str]) -> tuple[str, bool]:
         if ex and ex in out:
             out = out.replace(ex, " ")
             quoted = True
-    # A quoted piece of an excerpt is verbatim too ("… logs "No space left on device" …").
+    # A quoted phrase taken from an excerpt is verbatim too ("… logs "No space left on device" …").
+    # Not in JSON-like text: there quotes delimit keys and values, and removing them would cut a
+    # near-copy of a row into pieces the altered-copy check no longer sees.
+    if '":' in out or '{"' in out:
+        return out, quoted
     joined = "\n".join(_squash(e) for e in excerpts)
     for q in _QUOTED.findall(out):
         piece = _squash(q)
-        if len(piece) >= 12 and piece in joined:
+        if len(piece) >= 12 and " " in piece and piece in joined:
             out = out.replace(q, " ")
             quoted = True
     return out, quoted

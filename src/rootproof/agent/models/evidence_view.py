@@ -17,7 +17,7 @@ from typing import Any
 from rootproof.agent.models.base import AssistantMessage, Message, ToolResultMessage
 from rootproof.kb.cards import Signal
 
-__all__ = ["Hit", "Observation", "evaluate_signal", "observations_from", "query_phrases", "signal_strings"]
+__all__ = ["Hit", "Observation", "evaluate_signal", "observations_from", "query_phrases", "query_terms", "signal_strings"]
 
 LOG_KINDS = {"inspect_postgres": {"log"}, "inspect_redis": {"log", "slowlog"}, "inspect_nginx": {"error_log", "access_log"}}
 
@@ -112,6 +112,22 @@ def signal_strings(sig: Signal) -> list[str]:
     return list(sig.match or sig.any_ or [])
 
 
+def query_terms(sig: Signal) -> list[str]:
+    """What a `query` must ask for so that a filtered look can answer the signal: its strings, the
+    field it tests, or the literal values of its row conditions (not numbers or comparisons)."""
+    if sig.field:
+        return [sig.field]
+    if sig.where:
+        out: list[str] = []
+        for v in sig.where.values():
+            for x in v if isinstance(v, list) else [v]:
+                text = str(x).strip()
+                if isinstance(x, str) and text and text != "nonempty" and text[:1] not in "<>!=" and _num(text) is None:
+                    out.append(text)
+        return out
+    return signal_strings(sig)
+
+
 _PHRASE = re.compile(r'"([^"]+)"|(\S+)')
 
 
@@ -140,7 +156,7 @@ def _covers(obs: Observation, sig: Signal) -> bool:
         if not q.strip():
             return True
         phrases = query_phrases(q)
-        wanted = query_phrases(sig.query) if sig.query else {_n(s) for s in signal_strings(sig)}
+        wanted = query_phrases(sig.query) if sig.query else {_n(s) for s in query_terms(sig)}
         return bool(wanted) and bool(wanted & phrases)
     return True
 

@@ -26,6 +26,7 @@ from rootproof.agent.models.evidence_view import (
     Observation,
     evaluate_signal,
     observations_from,
+    query_terms,
     signal_strings,
 )
 from rootproof.taxonomy import RECOVERY_ACTIONS
@@ -351,6 +352,11 @@ class OfflinePlanner:
                     planned.append((s.weight - 100.0 * order, tool, args))
                 continue
             args = {"kind": kind} if kind else {}
+            if not log_like and kind and any(o.tool == tool and o.kind == kind and o.ready and o.omitted and not o.args.get("query") for o in observations):
+                # The whole view was cut short: ask again for just what the signals test.
+                terms = [t for s in sigs for t in query_terms(s)]
+                if terms:
+                    args["query"] = " ".join(dict.fromkeys(f'"{t}"' for t in terms[:MAX_PHRASES]))
             if log_like:
                 phrases: list[str] = []
                 for s in sigs:
