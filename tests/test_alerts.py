@@ -229,6 +229,10 @@ def test_unreadable_files(tmp_path: Path) -> None:
     bad.write_text('{"version": "4", "alerts": [', encoding="utf-8")
     with pytest.raises(AlertError, match=r"bad.json: line \d+: not valid JSON or YAML"):
         load_alert_file(bad)
+    empty = tmp_path / "empty.json"
+    empty.write_text("\n", encoding="utf-8")
+    with pytest.raises(AlertError, match=r"empty.json: \(file\): empty"):
+        load_alert_file(empty)
 
 
 def test_payload_is_immutable_and_round_trips() -> None:

@@ -358,6 +358,8 @@ def load_alert_file(path: Path) -> AlertPayload:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "(file)"
         raise AlertError(where, "not valid JSON or YAML", source=str(path)) from None
+    if data is None:
+        raise AlertError("(file)", "empty: expected an Alertmanager or Grafana webhook, or a plain alert", source=str(path))
     return parse_alert(data, source=str(path))
 
 
