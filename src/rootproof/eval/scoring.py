@@ -24,7 +24,6 @@ module cannot verify on its own against the collected canonical data.
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -32,7 +31,7 @@ from typing import Any
 from rootproof.agent.draft import parse_draft
 from rootproof.scenarios.types import GroundTruth, RequiredEvidence
 from rootproof.taxonomy import RECOVERY_ACTIONS
-from rootproof.tools.refs import NO_EVIDENCE_PATH, normalize_text
+from rootproof.tools.refs import NO_EVIDENCE_PATH, fold_text, normalize_text
 
 __all__ = [
     "DIMENSIONS",
@@ -75,9 +74,8 @@ RUNTIME_TOOLS = frozenset(
 )
 
 
-def fold(text: str) -> str:
-    """NFKC and case folding: how required-evidence match strings are compared."""
-    return unicodedata.normalize("NFKC", text).casefold()
+fold = fold_text
+"""NFKC and case folding: how required-evidence match strings are compared."""
 
 
 # ---------------------------------------------------------------------------------------------

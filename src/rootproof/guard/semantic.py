@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Literal, Protocol
 from rootproof.agent.draft import Claim, DiagnosisDraft
 from rootproof.guard.evidence import VerifiedEvidenceSnapshot
 from rootproof.guard.rules import rules_for
+from rootproof.tools.refs import fold_text
 
 __all__ = [
     "JUDGE_VERSION",
@@ -195,12 +196,8 @@ _FRAMING_STOP = frozenset(
 )
 
 
-def _norm(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).casefold()
-
-
 def _squash(text: str) -> str:
-    return " ".join(_norm(text).split())
+    return " ".join(fold_text(text).split())
 
 
 def _numbers(text: str) -> set[str]:
@@ -215,7 +212,7 @@ def _idents(text: str) -> set[str]:
 
 
 def _content_words(text: str) -> list[str]:
-    return [w for w in _LATIN_WORD.findall(_norm(text)) if w not in _STOP and len(w) > 2]
+    return [w for w in _LATIN_WORD.findall(fold_text(text)) if w not in _STOP and len(w) > 2]
 
 
 def _stem(word: str) -> str:
@@ -237,7 +234,7 @@ def _stem_word(w: str) -> str:
 
 def _stem_seq(text: str) -> str:
     """The text as a sequence of word stems, space-separated and padded (for phrase lookups)."""
-    return " " + " ".join(_stem_word(w) for w in re.findall(r"[a-z0-9]+", _norm(text))) + " "
+    return " " + " ".join(_stem_word(w) for w in re.findall(r"[a-z0-9]+", fold_text(text))) + " "
 
 
 _CUE_SEQ: dict[str, tuple[str, ...]] = {}
@@ -305,7 +302,7 @@ def _named_mechanisms(text: str, allowed: set[str] | frozenset[str] = frozenset(
     names of the `allowed` mechanisms so that, e.g., "thread pool exhaustion" is not read as
     "pool exhaustion"."""
     seq = _stem_seq(text)
-    low = _norm(text)
+    low = fold_text(text)
     for m in allowed:
         for cue in (_stem_seq(m.replace("_", " ")), *_cues(m)):
             seq = seq.replace(cue, " | ")
@@ -337,7 +334,7 @@ class OfflineJudge:
     def judge(self, claim: Claim, premise: list[str], context: dict[str, Any]) -> ClaimVerdict:
         text = unicodedata.normalize("NFKC", claim.text)
         prem = "\n".join(premise)
-        prem_n = _norm(prem)
+        prem_n = fold_text(prem)
         cid = claim.id
 
         def no(code: str, reason: str, cov: float | None = None) -> ClaimVerdict:

@@ -21,6 +21,7 @@ __all__ = [
     "EvidenceStatus",
     "canonical_json",
     "fmt_value",
+    "fold_text",
     "normalize_text",
     "parse_path",
     "ref_text",
@@ -96,6 +97,12 @@ _WS = re.compile(r"\s+")
 def normalize_text(text: str) -> str:
     """NFKC and whitespace collapsing only: what excerpt matching is allowed to forgive."""
     return _WS.sub(" ", unicodedata.normalize("NFKC", text)).strip()
+
+
+def fold_text(text: str) -> str:
+    """NFKC and case folding: for lenient matching (judging, scoring, signals), never for the
+    guard's excerpt check, which forgives only what `normalize_text` does."""
+    return unicodedata.normalize("NFKC", text).casefold()
 
 
 _SEGMENT = re.compile(r"\.([A-Za-z0-9_\-]+)|\[(\d+)\]|\['((?:[^'\\]|\\.)*)'\]")

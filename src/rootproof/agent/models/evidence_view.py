@@ -10,12 +10,12 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
 from rootproof.agent.models.base import AssistantMessage, Message, ToolResultMessage
 from rootproof.kb.cards import Signal
+from rootproof.tools.refs import fold_text
 
 __all__ = ["Hit", "Observation", "evaluate_signal", "observations_from", "query_phrases", "query_terms", "signal_strings"]
 
@@ -23,7 +23,7 @@ LOG_KINDS = {"inspect_postgres": {"log"}, "inspect_redis": {"log", "slowlog"}, "
 
 
 def _n(text: str) -> str:
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+    return " ".join(fold_text(text).split())
 
 
 @dataclass(frozen=True, kw_only=True)
