@@ -27,6 +27,7 @@ from typing import Any
 from rootproof.agent.draft import DiagnosisDraft
 from rootproof.alerts import AlertPayload
 from rootproof.boundary.store import CanonicalInvocation, InvocationStatus
+from rootproof.tools.refs import parse_log_ref
 
 __all__ = ["AIOPS_RULE_SET_VERSION", "AiOpsCheck", "AiOpsRuleEvaluation", "evaluate_aiops"]
 
@@ -47,7 +48,6 @@ _COMPONENT_WORDS: dict[str, tuple[str, ...]] = {
     "disk": ("disk", "filesystem"),
     "tls": ("tls", "ssl", "certificate"),
 }
-_LOG_SERVICE = re.compile(r"^\S+\s+[A-Z]+\s+(\S+)\s+\[")
 # Labels that identify what an alert is about (beyond team or environment): their values, when
 # evidence names them, tie that evidence to the alert (nginx's `server: api.example.com`).
 _IDENTIFYING_LABELS = (
@@ -181,9 +181,9 @@ def _focus(alert: AlertPayload, draft: DiagnosisDraft | None, invocations: list[
         hit = _any_named(ref.text, ids)
         if hit:
             return True, f"cited evidence {inv.tool_name} {path} names {hit}"
-        m = _LOG_SERVICE.match(ref.text) if inv.tool_name == "query_logs" else None
-        if m:
-            sources.add(m.group(1))
+        log = parse_log_ref(ref.text) if inv.tool_name == "query_logs" else None
+        if log:
+            sources.add(log.service)
         comp = _TOOL_COMPONENT.get(inv.tool_name)
         if comp:
             sources |= set(_COMPONENT_WORDS.get(comp, ()))

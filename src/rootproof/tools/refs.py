@@ -12,17 +12,19 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "NO_EVIDENCE_PATH",
     "DataSource",
     "EvidenceRef",
     "EvidenceStatus",
+    "LogRef",
     "canonical_json",
     "fmt_value",
     "fold_text",
     "normalize_text",
+    "parse_log_ref",
     "parse_path",
     "ref_text",
     "resolve_path",
@@ -157,6 +159,25 @@ def resolve_path(result: Any, path: str) -> Any:
 
 def _log_entry_text(e: dict[str, Any]) -> str:
     return f"{e['ts']} {e['level']} {e['service']} [{e['source']}] {e['message']}"
+
+
+_LOG_REF = re.compile(r"^(\S+)\s+([A-Z]+)\s+(\S+)\s+\[([^\]]*)\]\s+(.*)$", re.S)
+
+
+class LogRef(NamedTuple):
+    """A `query_logs` ref text taken apart: `<ts> <LEVEL> <service> [<source>] <message>`."""
+
+    ts: str
+    level: str
+    service: str
+    source: str
+    message: str
+
+
+def parse_log_ref(text: str) -> LogRef | None:
+    """The parts of a log entry's ref text (the inverse of how it is written), None for other text."""
+    m = _LOG_REF.match(text)
+    return LogRef(*m.groups()) if m else None
 
 
 def _labels_text(labels: dict[str, Any]) -> str:

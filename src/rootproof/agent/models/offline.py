@@ -30,6 +30,7 @@ from rootproof.agent.models.evidence_view import (
     signal_strings,
 )
 from rootproof.taxonomy import RECOVERY_ACTIONS
+from rootproof.tools.refs import parse_log_ref
 
 if TYPE_CHECKING:
     from rootproof.kb import KnowledgeBase
@@ -60,8 +61,6 @@ BROAD = {
 }
 _STOP_CODES = {"SCOPE_SATURATED", "BUDGET_EXHAUSTED", "TOOL_NOT_ALLOWED", "CIRCUIT_OPEN"}
 _CARD_ID = re.compile(r"^\[([a-z0-9-]+)\]")
-_LOG_LEVEL = re.compile(r"^\S+\s+(ERROR|FATAL|WARN)\s+(\S+)\s+\[")
-_LOG_LINE = re.compile(r"^\S+\s+[A-Z]+\s+(\S+)\s+\[[^\]]*\]\s+(.+)$")
 
 _LABELS_ZH = {
     "row_lock_contention": "行锁争用", "deadlock": "死锁", "connection_exhaustion": "连接耗尽", "pool_leak": "连接池泄漏",
@@ -588,13 +587,13 @@ class OfflinePlanner:
             if o.tool != "query_logs" or not o.ready:
                 continue
             for r in o.refs:
-                m = _LOG_LEVEL.match(str(r.get("text", "")))
+                log = parse_log_ref(str(r.get("text", "")))
                 key = (o.invocation_id, str(r.get("raw_path", "")))
-                if m is None or key in seen:
+                if log is None or log.level not in ("ERROR", "FATAL", "WARN") or key in seen:
                     continue
                 seen.add(key)
                 hit = Hit(invocation_id=o.invocation_id, tool=o.tool, raw_path=key[1], text=str(r["text"]), data_source=str(r.get("data_source", o.data_source)))
-                lines.append((0 if m.group(1) in ("ERROR", "FATAL") else 1, m.group(2), hit))
+                lines.append((0 if log.level in ("ERROR", "FATAL") else 1, log.service, hit))
         if not lines:
             return []
         service = str(alert.get("service") or "")
@@ -624,8 +623,8 @@ class OfflinePlanner:
             return ""
         # A log line names its service and message; its timestamp, level, file and any stack trace are noise here.
         first = top[0].text.strip().splitlines()[0]
-        m = _LOG_LINE.match(first)
-        return (f"{m.group(1)}: {m.group(2)}" if m else _excerpt(first, []))[:200]
+        log = parse_log_ref(first)
+        return (f"{log.service}: {log.message}" if log and log.message else _excerpt(first, []))[:200]
 
     @staticmethod
     def _describe(s: Signal) -> str:
