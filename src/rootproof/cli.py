@@ -144,13 +144,9 @@ def diagnose(
     if model is not None and model not in ("offline", "openai"):
         raise UsageError(f"--model: expected offline or openai (got {model!r})")
     sc = _scenario(scenario)
-    from rootproof.alerts import AlertPayload, as_payload, load_alert_file
+    from rootproof.alerts import load_alert_file
 
-    payload: AlertPayload | None = None
-    if alert is not None:
-        payload = load_alert_file(alert)
-    elif sc is not None:
-        payload = as_payload(sc.alert, source=f"{sc.id}: scenario.yaml alert")
+    payload = load_alert_file(alert) if alert is not None else None
     # QUESTION, else the alert (the harness builds the question from the primary alert), else the scenario's.
     text = question if question else "" if alert is not None else sc.question if sc is not None else None
     if text is None:
@@ -161,7 +157,8 @@ def diagnose(
         if payload is not None or offline_route(text, incident_scope=False) is Route.DIAGNOSIS:
             raise UsageError("diagnosis needs evidence: give --scenario ID|DIR (no live backend is configured)")
     h = _harness()
-    out = h.diagnose(text, scenario=sc, alert=payload, model=model, listeners=[_status_line])
+    # Without --alert, a scenario's own alert is the context (as in `eval snapshot`).
+    out = h.diagnose(text, scenario=sc, alert=payload or (sc.alert if sc is not None else None), model=model, listeners=[_status_line])
     if as_json:
         emit_json(out.public())
     else:

@@ -46,10 +46,6 @@ class ViolationCode(StrEnum):
     CLAIM_REF_UNKNOWN = "CLAIM_REF_UNKNOWN"
 
 
-def _rules() -> tuple[str, list[dict[str, str]]]:
-    return rules_for("evidence_guard", ViolationCode)
-
-
 @dataclass(frozen=True, kw_only=True)
 class Violation:
     """One failed check."""
@@ -94,9 +90,13 @@ class EvidenceGuardResult:
     violations: list[Violation] = field(default_factory=list)
     snapshot: VerifiedEvidenceSnapshot | None = None
     draft: DiagnosisDraft | None = None
-    rule_set_version: str = field(default_factory=lambda: _rules()[0])
-    rules: list[dict[str, str]] = field(default_factory=lambda: _rules()[1])
+    rule_set_version: str = ""
+    rules: list[dict[str, str]] = field(default_factory=list)
     """The rules that ran ({id, code, description}); every check always runs."""
+
+    def __post_init__(self) -> None:
+        if not self.rule_set_version:
+            self.rule_set_version, self.rules = rules_for("evidence_guard", ViolationCode)
 
     @property
     def codes(self) -> list[str]:
