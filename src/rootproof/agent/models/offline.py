@@ -43,9 +43,9 @@ ROOT_THRESHOLD = 3.0
 MARGIN = 1.5
 """Seen weight the best hypothesis needs over the runner-up."""
 LOOKUP_TOP_K = 3
+"""Results per lookup: three chunks fit whole in a 4 KiB observation, so none is omitted unseen."""
 ALERT_MARGIN = timedelta(minutes=10)
 """How far before an alert's start its evidence is looked for."""
-"""Results per lookup: three chunks fit whole in a 4 KiB observation, so none is omitted unseen."""
 CONTEXT_WEIGHT = 1.0
 """Signals lighter than this are context: cited when their hypothesis is confirmed, never scored."""
 MAX_CALLS_PER_TOOL = 4
@@ -283,22 +283,23 @@ class OfflinePlanner:
         total = sum(used.values())
         calls: list[ToolCall] = []
         done = {json.dumps([o.tool, o.args], sort_keys=True) for o in observations}
-        # The alert's service had no logs of its own: look at every service instead.
-        for o in observations:
-            if o.tool == "query_logs" and o.step == 0 and o.args.get("service") and o.evidence_status == "NO_EVIDENCE":
-                wide = {k: v for k, v in o.args.items() if k != "service"}
-                if json.dumps(["query_logs", wide], sort_keys=True) not in done and "query_logs" not in blocked:
-                    done.add(json.dumps(["query_logs", wide], sort_keys=True))
-                    calls.append(ToolCall(id=f"s{step}-wide", name="query_logs", arguments=wide))
-                    used["query_logs"] = used.get("query_logs", 0) + 1
-                    total += 1
-        # The alert started before the first look's window: look again from its start.
+        # Second looks at the logs: every service when the alert's own had none; from the alert's
+        # start when it began before the first look's window.
+        second: list[tuple[str, dict[str, Any]]] = [
+            ("wide", {k: v for k, v in o.args.items() if k != "service"})
+            for o in observations
+            if o.tool == "query_logs" and o.step == 0 and o.args.get("service") and o.evidence_status == "NO_EVIDENCE"
+        ]
         wider = _since_alert_start(_alert(question), observations)
-        if wider is not None and "query_logs" not in blocked and json.dumps(["query_logs", wider], sort_keys=True) not in done:
-            done.add(json.dumps(["query_logs", wider], sort_keys=True))
-            calls.append(ToolCall(id=f"s{step}-alert-window", name="query_logs", arguments=wider))
-            used["query_logs"] = used.get("query_logs", 0) + 1
-            total += 1
+        if wider is not None:
+            second.append(("alert-window", wider))
+        for label, args_log in second:
+            key = json.dumps(["query_logs", args_log], sort_keys=True)
+            if key not in done and "query_logs" not in blocked:
+                done.add(key)
+                calls.append(ToolCall(id=f"s{step}-{label}", name="query_logs", arguments=args_log))
+                used["query_logs"] = used.get("query_logs", 0) + 1
+                total += 1
         ranked = sorted(candidates, key=lambda c: (-c.seen, c.rank))
         best = ranked[0] if ranked else None
         runner = ranked[1].seen if len(ranked) > 1 else 0.0
