@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from pathlib import Path
 from collections.abc import Iterator
 from typing import NoReturn
 
@@ -83,3 +84,22 @@ def mysql_url() -> Iterator[str]:
         "CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
         "DROP DATABASE IF EXISTS {name}",
     )
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The folder of data shared outside the repository (real server logs, peer cases).
+
+    Named by the one registered setting `ROOTPROOF_TEST_SHARED_DATA`; tests that need it skip
+    when it is unset or not a folder (fail under `ROOTPROOF_REQUIRE_SERVICES=1` only if it is
+    set but missing, since a clone elsewhere has no such folder).
+    """
+    raw = os.environ.get("ROOTPROOF_TEST_SHARED_DATA", "")
+    if not raw:
+        pytest.skip("ROOTPROOF_TEST_SHARED_DATA is not set (the shared data folder)")
+    path = Path(raw)
+    if not path.is_dir():
+        if _services_required():
+            pytest.fail(f"ROOTPROOF_TEST_SHARED_DATA={raw}: not a folder", pytrace=False)
+        pytest.skip(f"ROOTPROOF_TEST_SHARED_DATA={raw}: not a folder")
+    return path
