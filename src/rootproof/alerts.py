@@ -121,7 +121,7 @@ class _Grafana(_Webhook):
 
 
 class _Plain(BaseModel):
-    """The `alert` of scenario.yaml (scenario-format.md)."""
+    """The `alert` of scenario.yaml (docs/scenario-format.md)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -361,11 +361,13 @@ def scenarios_list(ref: Annotated[str | None, typer.Argument(help="A folder of s
 @guarded
 def scenarios_validate(ref: Annotated[str | None, typer.Argument(help="A scenario folder or a folder of them.")] = None) -> None:
     """Check every file of every scenario; print each problem with file and field."""
+    from rootproof.kb.cards import taxonomy_for
     from rootproof.scenarios.loader import list_scenarios, validate_scenario
 
+    taxonomy = taxonomy_for(load_settings().cards_dir)  # ground truth may use the cards' namespaced labels
     problems = []
     for folder in list_scenarios(ref):
-        problems.extend(validate_scenario(folder))
+        problems.extend(validate_scenario(folder, taxonomy))
     for p in problems:
         print(p)
     if problems:

@@ -34,6 +34,7 @@ from rootproof.run.events import EventStream, Listener
 from rootproof.run.lifecycle import RunState
 from rootproof.run.records import MemoryTraceSink, RunRecord, TraceSink
 from rootproof.settings import Settings
+from rootproof.taxonomy import Taxonomy
 from rootproof.tools.base import TOOLS, ToolBackend
 
 if TYPE_CHECKING:
@@ -107,6 +108,7 @@ class Harness:
         self.canonical = canonical or _CANONICAL
         self._kb = knowledge
         self._kb_lock = threading.Lock()
+        self._taxonomy: Taxonomy | None = None
 
     # -- parts ------------------------------------------------------------------------
     @property
@@ -129,6 +131,19 @@ class Harness:
                 extra = [self.settings.cards_dir] if self.settings.cards_dir else []
                 self._kb = KnowledgeBase.load(extra, cache_dir=self.settings.data_dir / "kb-index")
             return self._kb
+
+    def taxonomy(self) -> Taxonomy:
+        """The built-in taxonomy plus the namespaced labels of the loaded cards (docs/taxonomy.md).
+
+        Read from the knowledge base when it is loaded, else from the cards alone (no index).
+        """
+        if self._taxonomy is None:
+            from rootproof.kb.cards import card_taxonomy, taxonomy_for
+
+            with self._kb_lock:
+                kb = self._kb
+            self._taxonomy = card_taxonomy(kb.cards.values()) if kb is not None else taxonomy_for(self.settings.cards_dir)
+        return self._taxonomy
 
     def budget(self, scenario: Scenario | None = None) -> RunBudget:
         """Budget from settings, with a scenario's overrides."""
@@ -251,6 +266,7 @@ class Harness:
         sink = self.sink
         events = EventStream(ctx.run_id, sink, listeners)
         agent_model = self.model(model)
+        self.taxonomy()  # before the run exists: a malformed card is bad input (exit 2), not a failed run
         record = RunRecord(
             run_id=ctx.run_id,
             session_id=ctx.session_id,
@@ -318,7 +334,7 @@ class Harness:
             from rootproof.agent.models.offline import KnowledgeAnswerer
 
             model = KnowledgeAnswerer(ctx.language)
-        loop = run_agent(ctx, model, boundary, system_prompt=system, user_prompt=user, tools=tools, sink=self.sink)
+        loop = run_agent(ctx, model, boundary, system_prompt=system, user_prompt=user, tools=tools, sink=self.sink, taxonomy=self.taxonomy())
         out.loop_end = loop.end
         out.outcomes = list(boundary.outcomes)
         self._after_loop(ctx, record, events, out, loop, question, knowledge, model)
@@ -354,6 +370,7 @@ class Harness:
             question=question,
             content_type="KNOWLEDGE_ANSWER" if knowledge else "DIAGNOSIS_REPORT",
             root_cause_rules=not knowledge,
+            taxonomy=self.taxonomy(),
         )
         out.draft, out.evidence, out.semantic = loop.draft, decision.evidence, decision.semantic
         record.self_evaluation = {

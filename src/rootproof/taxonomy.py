@@ -1,23 +1,36 @@
-"""The diagnosis taxonomy: components, mechanisms and recovery actions (scenario-format.md).
+"""The diagnosis taxonomy: components, mechanisms and recovery actions (docs/taxonomy.md).
 
 Unknown values are load errors wherever the taxonomy is used (scenarios, cards, drafts). The
-`Literal` aliases give JSON-schema enums; the frozensets and the action table are for checks.
+`Literal` aliases are the built-in taxonomy; the frozensets and the action table are for checks.
+Users' knowledge cards may add labels outside it only when namespaced (`acme.ledger_lock_wait`,
+see `is_namespaced`); a `Taxonomy` is the built-in one plus the labels the loaded cards declare,
+and is what the draft schema's enums and the checks of a run are built from.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Literal, get_args
 
 __all__ = [
+    "BUILTIN_TAXONOMY",
     "CARD_DOMAINS",
     "COMPONENTS",
     "MECHANISMS",
+    "NAMESPACED_ACTION_POLICY",
+    "NAMESPACE_RULE",
     "RECOVERY_ACTIONS",
     "CardDomain",
     "Component",
+    "LabelKind",
     "Mechanism",
     "RecoveryAction",
     "Risk",
+    "Taxonomy",
+    "is_namespaced",
+    "recovery_policy",
 ]
 
 Component = Literal[
@@ -121,3 +134,92 @@ RECOVERY_ACTIONS: dict[str, tuple[Risk, bool]] = {
     "no_action": ("low", False),
 }
 """Recovery action → (risk, requires approval by default)."""
+
+LabelKind = Literal["component", "mechanism", "recovery action"]
+"""The three kinds of taxonomy label."""
+
+_NAMESPACED = re.compile(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$")
+NAMESPACE_RULE = (
+    "<namespace>.<name>: two parts of lower-case letters, digits and '_', each starting with a "
+    "letter, joined by one dot"
+)
+"""The rule a label outside the built-in taxonomy must follow (docs/taxonomy.md)."""
+
+NAMESPACED_ACTION_POLICY: tuple[Risk, bool] = ("high", True)
+"""(risk, requires approval) of a namespaced recovery action: the most cautious default."""
+
+
+def is_namespaced(label: str) -> bool:
+    """True for `<namespace>.<name>` labels such as `acme.ledger_lock_wait` (NAMESPACE_RULE)."""
+    return _NAMESPACED.match(label) is not None
+
+
+def recovery_policy(action: str) -> tuple[Risk, bool]:
+    """(risk, requires approval by default) of a recovery action: the built-in table, or
+    `NAMESPACED_ACTION_POLICY` for an action a user's card adds."""
+    return RECOVERY_ACTIONS.get(action, NAMESPACED_ACTION_POLICY)
+
+
+def _merged(base: tuple[str, ...], more: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys((*base, *more)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Taxonomy:
+    """The labels a run may use: the built-in taxonomy plus the namespaced labels its cards add."""
+
+    components: tuple[str, ...]
+    """Every component, built-in first, in order."""
+    mechanisms: tuple[str, ...]
+    """Every mechanism, built-in first, in order."""
+    recovery_actions: tuple[str, ...]
+    """Every recovery action, built-in first, in order."""
+
+    def values(self, kind: LabelKind) -> tuple[str, ...]:
+        """The labels of one kind."""
+        if kind == "component":
+            return self.components
+        if kind == "mechanism":
+            return self.mechanisms
+        return self.recovery_actions
+
+    def extended(
+        self,
+        *,
+        components: Iterable[str] = (),
+        mechanisms: Iterable[str] = (),
+        recovery_actions: Iterable[str] = (),
+    ) -> Taxonomy:
+        """This taxonomy plus more labels (kept in order, each once)."""
+        return Taxonomy(
+            components=_merged(self.components, components),
+            mechanisms=_merged(self.mechanisms, mechanisms),
+            recovery_actions=_merged(self.recovery_actions, recovery_actions),
+        )
+
+    def unknown(self, kind: LabelKind, label: str) -> str | None:
+        """None when `label` is a known label of `kind`; else what is wrong, for an error message."""
+        known = self.values(kind)
+        if label in known:
+            return None
+        builtin = BUILTIN_TAXONOMY.values(kind)
+        expected = f"one of {', '.join(sorted(builtin))}"
+        if is_namespaced(label):
+            return (
+                f"unknown {kind} {label!r}: a namespaced {kind} must be declared by a knowledge card "
+                f"(ROOTPROOF_CARDS_DIR); expected {expected}"
+                + (
+                    f", or one the cards declare: {', '.join(k for k in known if k not in builtin)}"
+                    if len(known) > len(builtin)
+                    else ""
+                )
+            )
+        return f"unknown {kind} {label!r} (expected {expected}, or a namespaced {kind}: {NAMESPACE_RULE})"
+
+
+BUILTIN_TAXONOMY = Taxonomy(
+    components=get_args(Component),
+    mechanisms=get_args(Mechanism),
+    recovery_actions=tuple(RECOVERY_ACTIONS),
+)
+"""The built-in taxonomy alone (no user cards)."""

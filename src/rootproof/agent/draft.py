@@ -1,16 +1,28 @@
 """DiagnosisDraft (`diagnosis_draft_v1`): what the agent writes; not a report until released.
 
-Its JSON schema (taxonomy values as enums) is what a model is shown.
+Its JSON schema (taxonomy values as enums) is what a model is shown. The enums come from the
+run's `Taxonomy` (the built-in one plus the namespaced labels its knowledge cards declare), and
+`parse_draft` checks the labels against the same taxonomy. Without one, a label must be
+built-in or well-formed namespaced (`acme.ledger_lock_wait`).
 """
 
 from __future__ import annotations
 
+import copy
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+)
 
-from rootproof.taxonomy import Component, Mechanism, RecoveryAction, Risk
+from rootproof.taxonomy import BUILTIN_TAXONOMY, LabelKind, Risk, Taxonomy, is_namespaced
 
 __all__ = [
     "ANSWER_VERSION",
@@ -32,6 +44,45 @@ ANSWER_VERSION = "diagnosis_draft_v1"
 MAX_CLAIMS = 12
 MAX_CITATIONS_PER_CLAIM = 8
 MAX_DRAFT_BYTES = 64 * 1024
+
+
+def _label(kind: LabelKind) -> AfterValidator:
+    """Checks a label against the taxonomy in the validation context (`{"taxonomy": ...}`)."""
+
+    def check(value: str, info: ValidationInfo) -> str:
+        taxonomy = info.context.get("taxonomy") if isinstance(info.context, dict) else None
+        if isinstance(taxonomy, Taxonomy):
+            wrong = taxonomy.unknown(kind, value)
+        elif is_namespaced(value):
+            wrong = None
+        else:
+            wrong = BUILTIN_TAXONOMY.unknown(kind, value)
+        if wrong:
+            raise ValueError(wrong)
+        return value
+
+    return AfterValidator(check)
+
+
+def _enum(kind: LabelKind, title: str) -> WithJsonSchema:
+    return WithJsonSchema({"enum": list(BUILTIN_TAXONOMY.values(kind)), "title": title, "type": "string"})
+
+
+ComponentLabel = Annotated[str, _label("component"), _enum("component", "Component")]
+"""A taxonomy component of the run (schema: the built-in enum, widened by `draft_json_schema`)."""
+MechanismLabel = Annotated[str, _label("mechanism"), _enum("mechanism", "Mechanism")]
+"""A taxonomy mechanism of the run."""
+ActionLabel = Annotated[str, _label("recovery action"), _enum("recovery action", "Action")]
+"""A taxonomy recovery action of the run."""
+
+# Where the schema carries each kind of label: ($defs model, property).
+_ENUM_SITES: tuple[tuple[str, str, LabelKind], ...] = (
+    ("RootCause", "component", "component"),
+    ("RootCause", "mechanism", "mechanism"),
+    ("Hypothesis", "component", "component"),
+    ("Hypothesis", "mechanism", "mechanism"),
+    ("RecoveryProposal", "action", "recovery action"),
+)
 
 
 class _Model(BaseModel):
@@ -61,8 +112,8 @@ class Claim(_Model):
 class RootCause(_Model):
     """The root cause, from the taxonomy."""
 
-    component: Component
-    mechanism: Mechanism
+    component: ComponentLabel
+    mechanism: MechanismLabel
     culprit: str = Field(default="", description="What exactly (session, pid, host, config line).", max_length=500)
     claim_ids: list[str] = Field(default_factory=list, description="Claims that establish it (kind root_cause).")
 
@@ -71,8 +122,8 @@ class Hypothesis(_Model):
     """A candidate explanation and its status."""
 
     statement: str = Field(max_length=1000)
-    component: Component
-    mechanism: Mechanism
+    component: ComponentLabel
+    mechanism: MechanismLabel
     status: Literal["confirmed", "ruled_out", "open"]
     claim_ids: list[str] = Field(default_factory=list)
 
@@ -89,7 +140,7 @@ class PlanStep(_Model):
 class RecoveryProposal(_Model):
     """A proposed recovery action (never executed by the agent)."""
 
-    action: RecoveryAction
+    action: ActionLabel
     target: str = Field(default="", max_length=300)
     risk: Risk
     requires_approval: bool
@@ -110,9 +161,16 @@ class DiagnosisDraft(_Model):
     next_steps: list[str] = Field(default_factory=list, max_length=20)
 
 
-def draft_json_schema() -> dict[str, Any]:
-    """The JSON schema a model is shown."""
-    return DiagnosisDraft.model_json_schema()
+_BASE_SCHEMA = DiagnosisDraft.model_json_schema()
+
+
+def draft_json_schema(taxonomy: Taxonomy | None = None) -> dict[str, Any]:
+    """The JSON schema a model is shown; its label enums are those of `taxonomy` (default: built-in)."""
+    schema = copy.deepcopy(_BASE_SCHEMA)
+    if taxonomy is not None:
+        for model, prop, kind in _ENUM_SITES:
+            schema["$defs"][model]["properties"][prop]["enum"] = list(taxonomy.values(kind))
+    return schema
 
 
 def canonical_size(data: Any) -> int:
@@ -120,8 +178,11 @@ def canonical_size(data: Any) -> int:
     return len(json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
 
 
-def parse_draft(raw: dict[str, Any] | str) -> tuple[DiagnosisDraft | None, str | None]:
-    """Parse a submitted draft; return (draft, None) or (None, what is wrong)."""
+def parse_draft(raw: dict[str, Any] | str, taxonomy: Taxonomy | None = None) -> tuple[DiagnosisDraft | None, str | None]:
+    """Parse a submitted draft; return (draft, None) or (None, what is wrong).
+
+    With `taxonomy` (the run's), every label must be one of it; without, built-in or namespaced.
+    """
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
@@ -132,7 +193,7 @@ def parse_draft(raw: dict[str, Any] | str) -> tuple[DiagnosisDraft | None, str |
     if canonical_size(raw) > MAX_DRAFT_BYTES:
         return None, f"draft is larger than {MAX_DRAFT_BYTES} bytes as canonical JSON"
     try:
-        return DiagnosisDraft.model_validate(raw), None
+        return DiagnosisDraft.model_validate(raw, context={"taxonomy": taxonomy}), None
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
         return None, f"draft does not match diagnosis_draft_v1: {problems}"

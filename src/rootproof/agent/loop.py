@@ -27,6 +27,7 @@ from rootproof.boundary.boundary import ToolBoundary, ToolCallRequest
 from rootproof.errors import BudgetExhausted, ModelError, ModelUnavailable
 from rootproof.run.context import RunContext
 from rootproof.run.records import ReasoningAuditRecord, StepRecord, TraceSink
+from rootproof.taxonomy import Taxonomy
 
 __all__ = ["LoopEnd", "LoopResult", "run_agent"]
 
@@ -78,10 +79,14 @@ def run_agent(
     user_prompt: str,
     tools: list[ToolSpec],
     sink: TraceSink | None = None,
+    taxonomy: Taxonomy | None = None,
 ) -> LoopResult:
-    """Drive the model until it submits a draft or the run must stop."""
+    """Drive the model until it submits a draft or the run must stop.
+
+    `taxonomy` (the built-in one plus the run's cards) gives the draft schema's enums and checks the draft.
+    """
     messages: list[Message] = [SystemMessage(content=system_prompt), UserMessage(content=user_prompt)]
-    schema = draft_json_schema()
+    schema = draft_json_schema(taxonomy)
     repaired = False
     force_draft = False
     while True:
@@ -146,7 +151,7 @@ def run_agent(
         if ctx.time_left() <= 0:
             return LoopResult(end="DEADLINE_EXCEEDED", steps=step + 1, messages=messages)
         if turn.draft is not None:
-            draft, problem = parse_draft(turn.draft)
+            draft, problem = parse_draft(turn.draft, taxonomy)
             if draft is not None:
                 return LoopResult(end="DRAFT", draft=draft, raw_draft=turn.draft, steps=step + 1, messages=messages)
             if repaired:

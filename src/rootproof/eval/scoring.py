@@ -30,7 +30,7 @@ from typing import Any
 
 from rootproof.agent.draft import parse_draft
 from rootproof.scenarios.types import GroundTruth, RequiredEvidence
-from rootproof.taxonomy import RECOVERY_ACTIONS
+from rootproof.taxonomy import recovery_policy
 from rootproof.tools.refs import NO_EVIDENCE_PATH, fold_text, normalize_text
 
 __all__ = [
@@ -285,7 +285,7 @@ def _ruled_out(
 
 
 def _needs_approval(truth: GroundTruth, action: str) -> bool:
-    return action in truth.recovery.requires_approval or RECOVERY_ACTIONS.get(action, ("low", False))[1]
+    return action in truth.recovery.requires_approval or recovery_policy(action)[1]
 
 
 def hard_gates(truth: GroundTruth, obs: CaseObservation) -> list[tuple[str, str]]:

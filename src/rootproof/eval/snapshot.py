@@ -369,6 +369,7 @@ def run_suite(
     Raises `UsageError` for an unknown scenario (before any eval run exists) and
     `ScenarioError` when a scenario fails to load (the eval run is recorded `infra_invalid`).
     """
+    from rootproof.kb.cards import taxonomy_for
     from rootproof.scenarios.loader import list_scenarios, load_ground_truth, load_scenario
 
     if jobs < 1:
@@ -376,6 +377,7 @@ def run_suite(
     if model is not None and model not in ("offline", "openai"):
         raise ConfigError(f"--model: expected offline or openai (got {model!r})")
     folders = list_scenarios(scenarios)
+    taxonomy = taxonomy_for(settings.cards_dir)  # ground truth may use the cards' namespaced labels
     run_settings = settings.model_copy(update={"model": model}) if model is not None else settings
     store = store or _open_store(settings)
     record = EvalRunRecord(
@@ -433,7 +435,7 @@ def run_suite(
                 data = {"scenario_id": folder.name, "error": f"worker crashed: {type(exc).__name__}: {exc}"}
             obs = CaseObservation.from_dict(data)
             try:
-                truth = load_ground_truth(folder)  # the evaluator reads the answer after the run
+                truth = load_ground_truth(folder, taxonomy)  # the evaluator reads the answer after the run
             except RootproofError as exc:
                 obs.error = obs.error or f"ground truth failed to load: {exc}"
                 errors.append(f"{folder.name}: {obs.error}")

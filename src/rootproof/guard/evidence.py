@@ -13,6 +13,7 @@ from typing import Any
 from rootproof.agent.draft import DiagnosisDraft, parse_draft
 from rootproof.boundary.store import CanonicalStore, InvocationStatus
 from rootproof.guard.rules import rules_for
+from rootproof.taxonomy import Taxonomy
 from rootproof.tools.refs import NO_EVIDENCE_PATH, normalize_text, ref_text
 
 __all__ = [
@@ -118,8 +119,10 @@ class EvidenceGuardResult:
 class EvidenceGuard:
     """Checks every citation of a draft against the canonical store."""
 
-    def __init__(self, store: CanonicalStore) -> None:
+    def __init__(self, store: CanonicalStore, taxonomy: Taxonomy | None = None) -> None:
         self.store = store
+        self.taxonomy = taxonomy
+        """The run's taxonomy: a draft label outside it is DRAFT_INVALID (None: built-in or namespaced)."""
 
     def check(self, raw: DiagnosisDraft | dict[str, Any] | str, *, run_id: str, root_cause_rules: bool = True) -> EvidenceGuardResult:
         """Run every check and report all violations."""
@@ -127,7 +130,7 @@ class EvidenceGuard:
             draft: DiagnosisDraft | None = raw
             problem = None
         else:
-            draft, problem = parse_draft(raw)
+            draft, problem = parse_draft(raw, self.taxonomy)
         if draft is None:
             return EvidenceGuardResult(passed=False, violations=[Violation(code=ViolationCode.DRAFT_INVALID, detail=problem or "")])
         violations: list[Violation] = []

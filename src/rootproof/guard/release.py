@@ -10,6 +10,7 @@ from rootproof.boundary.store import CanonicalStore
 from rootproof.guard.evidence import EvidenceGuard, EvidenceGuardResult
 from rootproof.guard.fallback import FallbackType, SafeFallbackFactory
 from rootproof.guard.semantic import SemanticGuard, SemanticResult
+from rootproof.taxonomy import Taxonomy
 
 __all__ = ["ReleaseDecision", "release_draft", "tool_trace_summary"]
 
@@ -55,9 +56,10 @@ def release_draft(
     question: str = "",
     content_type: str = "DIAGNOSIS_REPORT",
     root_cause_rules: bool = True,
+    taxonomy: Taxonomy | None = None,
 ) -> ReleaseDecision:
-    """Run both guards and build the public content."""
-    ev = EvidenceGuard(store).check(draft, run_id=run_id, root_cause_rules=root_cause_rules)
+    """Run both guards and build the public content (`taxonomy`: the run's, for DRAFT_INVALID)."""
+    ev = EvidenceGuard(store, taxonomy).check(draft, run_id=run_id, root_cause_rules=root_cause_rules)
     if not ev.passed or ev.snapshot is None or ev.draft is None:
         return ReleaseDecision(
             content=SafeFallbackFactory.build(FallbackType.EVIDENCE_VALIDATION_FAILED, language),

@@ -7,17 +7,32 @@ raises `CardError` with one line `FILE: field FIELD: expected ...`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from rootproof.errors import CardError
-from rootproof.taxonomy import COMPONENTS, MECHANISMS, CardDomain, Component, Mechanism, RecoveryAction
+from rootproof.taxonomy import (
+    BUILTIN_TAXONOMY,
+    NAMESPACE_RULE,
+    CardDomain,
+    LabelKind,
+    Taxonomy,
+    is_namespaced,
+)
 
 __all__ = [
     "SIGNAL_TOOLS",
@@ -25,7 +40,9 @@ __all__ = [
     "Hypothesis",
     "Signal",
     "builtin_cards_dir",
+    "card_taxonomy",
     "load_cards",
+    "taxonomy_for",
     "parse_card",
 ]
 
@@ -73,6 +90,34 @@ def _bad(field: str, expected: str) -> PydanticCustomError:
 
 def _sorted_list(values: frozenset[str]) -> str:
     return ", ".join(sorted(values))
+
+
+_EXAMPLES: dict[LabelKind, str] = {
+    "component": "acme.ledger",
+    "mechanism": "acme.ledger_lock_wait",
+    "recovery action": "acme.drain_ledger_queue",
+}
+
+
+def _label(kind: LabelKind) -> AfterValidator:
+    """A taxonomy label of `kind`: built-in, or namespaced (a card may add those)."""
+    builtin = BUILTIN_TAXONOMY.values(kind)
+    example = _EXAMPLES[kind]
+
+    def check(value: str) -> str:
+        if value not in builtin and not is_namespaced(value):
+            raise ValueError(
+                f"a taxonomy {kind} (one of {', '.join(sorted(builtin))}) or a namespaced "
+                f"{kind} such as {example} ({NAMESPACE_RULE})"
+            )
+        return value
+
+    return AfterValidator(check)
+
+
+ComponentLabel = Annotated[str, _label("component")]
+MechanismLabel = Annotated[str, _label("mechanism")]
+ActionLabel = Annotated[str, _label("recovery action")]
 
 
 class _Strict(BaseModel):
@@ -217,16 +262,16 @@ class Signal(_Strict):
 class Hypothesis(_Strict):
     """A cause the offline planner may test, with the signals that support it."""
 
-    component: Component
-    """Taxonomy component."""
-    mechanism: Mechanism
-    """Taxonomy mechanism."""
+    component: ComponentLabel
+    """Taxonomy component (built-in or namespaced)."""
+    mechanism: MechanismLabel
+    """Taxonomy mechanism (built-in or namespaced)."""
     signals: list[Signal] = Field(min_length=1)
     """Evidence that supports this hypothesis (at least one)."""
     distinguishes_from: list[str] = Field(default_factory=list)
     """`component/mechanism` pairs this card tells apart."""
-    recovery: list[RecoveryAction] = Field(default_factory=list)
-    """Taxonomy recovery actions, safest first."""
+    recovery: list[ActionLabel] = Field(default_factory=list)
+    """Taxonomy recovery actions (built-in or namespaced), safest first."""
     explains: list[str] = Field(default_factory=list)
     """`component/mechanism` pairs whose symptoms this mechanism produces (its effects)."""
 
@@ -235,10 +280,15 @@ class Hypothesis(_Strict):
     def _pairs(cls, value: list[str]) -> list[str]:
         for i, pair in enumerate(value):
             comp, sep, mech = pair.partition("/")
-            if not sep or comp not in COMPONENTS or mech not in MECHANISMS:
+            known = (
+                comp in BUILTIN_TAXONOMY.components or is_namespaced(comp),
+                mech in BUILTIN_TAXONOMY.mechanisms or is_namespaced(mech),
+            )
+            if not sep or not all(known):
                 raise _bad(
                     f"[{i}]",
-                    f"a taxonomy component/mechanism pair such as postgresql/slow_query (got {pair!r})",
+                    "a taxonomy component/mechanism pair such as postgresql/slow_query, "
+                    f"either part namespaced if a card declares it (got {pair!r})",
                 )
         return value
 
@@ -392,4 +442,35 @@ def load_cards(extra_dirs: Sequence[Path] = (), *, builtin: bool = True) -> dict
                     f"{p}: field id: expected a unique id ({card.id!r} is also {cards[card.id].path})"
                 )
             cards[card.id] = card
+    _check_pairs(cards.values(), card_taxonomy(cards.values()))
     return cards
+
+
+def card_taxonomy(cards: Iterable[Card]) -> Taxonomy:
+    """The built-in taxonomy plus every label the cards' hypotheses declare (docs/taxonomy.md)."""
+    hypotheses = [h for card in cards for h in card.hypotheses]
+    return BUILTIN_TAXONOMY.extended(
+        components=(h.component for h in hypotheses),
+        mechanisms=(h.mechanism for h in hypotheses),
+        recovery_actions=(a for h in hypotheses for a in h.recovery),
+    )
+
+
+def taxonomy_for(cards_dir: Path | None) -> Taxonomy:
+    """The taxonomy of a knowledge base: the built-in cards plus `cards_dir` (ROOTPROOF_CARDS_DIR)."""
+    return card_taxonomy(load_cards([cards_dir] if cards_dir is not None else []).values())
+
+
+def _check_pairs(cards: Iterable[Card], taxonomy: Taxonomy) -> None:
+    """A namespaced label in `distinguishes_from` or `explains` must be declared by a loaded card."""
+    for card in cards:
+        for i, h in enumerate(card.hypotheses):
+            for name in ("distinguishes_from", "explains"):
+                for j, pair in enumerate(getattr(h, name)):
+                    comp, _, mech = pair.partition("/")
+                    wrong = taxonomy.unknown("component", comp) or taxonomy.unknown("mechanism", mech)
+                    if wrong:
+                        raise CardError(
+                            f"{card.path}: field hypotheses[{i}].{name}[{j}]: expected a pair of known "
+                            f"labels ({wrong})"
+                        )

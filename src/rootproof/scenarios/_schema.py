@@ -21,11 +21,12 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
+    ValidationInfo,
 )
 
 from rootproof.scenarios.types import format_timestamp
 from rootproof.scenarios.yamlio import YamlDocument
-from rootproof.taxonomy import COMPONENTS, MECHANISMS, RECOVERY_ACTIONS
+from rootproof.taxonomy import BUILTIN_TAXONOMY, LabelKind, Taxonomy
 from rootproof.tools.base import TOOLS
 from rootproof.tools.refs import fmt_value
 
@@ -85,6 +86,19 @@ def _known(what: str, allowed: Collection[str]) -> Callable[[str], str]:
     def check(value: str) -> str:
         if value not in allowed:
             raise ValueError(f"unknown {what} {value!r} (expected one of {', '.join(sorted(allowed))})")
+        return value
+
+    return check
+
+
+def _label(kind: LabelKind) -> Callable[[str, ValidationInfo], str]:
+    """A taxonomy label: built-in, or declared by a loaded card (the context's `taxonomy`)."""
+
+    def check(value: str, info: ValidationInfo) -> str:
+        taxonomy = info.context.get("taxonomy") if isinstance(info.context, dict) else None
+        wrong = (taxonomy if isinstance(taxonomy, Taxonomy) else BUILTIN_TAXONOMY).unknown(kind, value)
+        if wrong:
+            raise ValueError(wrong)
         return value
 
     return check
@@ -173,9 +187,9 @@ Timestamp = Annotated[datetime, BeforeValidator(_aware)]
 Number = Annotated[StrictInt | StrictFloat, AfterValidator(_finite)]
 Text = Annotated[StrictStr, Field(min_length=1)]
 ToolName = Annotated[StrictStr, AfterValidator(_known("tool", TOOLS))]
-ComponentName = Annotated[StrictStr, AfterValidator(_known("component", COMPONENTS))]
-MechanismName = Annotated[StrictStr, AfterValidator(_known("mechanism", MECHANISMS))]
-ActionName = Annotated[StrictStr, AfterValidator(_known("recovery action", RECOVERY_ACTIONS))]
+ComponentName = Annotated[StrictStr, AfterValidator(_label("component"))]
+MechanismName = Annotated[StrictStr, AfterValidator(_label("mechanism"))]
+ActionName = Annotated[StrictStr, AfterValidator(_label("recovery action"))]
 RowData = Annotated[dict[Any, Any], AfterValidator(_row)]
 TextMapping = Annotated[dict[Any, Any], AfterValidator(_text_mapping)]
 ScalarMapping = Annotated[dict[Any, Any], AfterValidator(_scalar_mapping)]
@@ -469,13 +483,18 @@ def problem(doc: YamlDocument, path: tuple[str | int, ...], what: str) -> str:
     return f"{doc.name}: {_fmt_path(path)}: {what}" + (f" (line {line})" if line is not None else "")
 
 
-def validate(doc: YamlDocument, model: type[_M], problems: list[str]) -> _M | None:
-    """Validate a document against a border model; append its problems and return None on failure."""
+def validate(
+    doc: YamlDocument, model: type[_M], problems: list[str], taxonomy: Taxonomy | None = None
+) -> _M | None:
+    """Validate a document against a border model; append its problems and return None on failure.
+
+    Taxonomy labels are checked against `taxonomy` (default: the built-in one).
+    """
     if not isinstance(doc.data, dict):
         problems.append(f"{doc.name}: expected a mapping at the top level (got {type(doc.data).__name__})")
         return None
     try:
-        return model.model_validate(doc.data)
+        return model.model_validate(doc.data, context={"taxonomy": taxonomy})
     except ValidationError as exc:
         problems.extend(_problems(doc, exc, model))
         return None

@@ -1,4 +1,4 @@
-"""Scenario folders: find, validate and load them (scenario-format.md).
+"""Scenario folders: find, validate and load them (docs/scenario-format.md).
 
 `load_scenario` gives the agent phase what it may see — the question, the alert, the clock,
 the allowed tools and the frozen tool data — and never opens `ground_truth.yaml`;
@@ -44,7 +44,7 @@ from rootproof.scenarios.types import (
     ToolResponses,
 )
 from rootproof.scenarios.yamlio import YamlDocument, load_yaml
-from rootproof.taxonomy import RECOVERY_ACTIONS
+from rootproof.taxonomy import Taxonomy, recovery_policy
 from rootproof.tools.refs import fmt_value
 
 __all__ = ["list_scenarios", "load_ground_truth", "load_scenario", "scenario_folder", "validate_scenario"]
@@ -250,7 +250,7 @@ def _ground_truth(doc: YamlDocument, m: GroundTruthModel, problems: list[str]) -
     rec = m.recovery
     approval = rec.requires_approval
     if approval is None:
-        approval = [a for a in rec.acceptable if RECOVERY_ACTIONS[a][1]]
+        approval = [a for a in rec.acceptable if recovery_policy(a)[1]]
     rc = m.root_cause
     return GroundTruth(
         fault=m.fault,
@@ -395,12 +395,12 @@ def _read_scenario(folder: Path, problems: list[str]) -> Scenario | None:
 
 
 def _read_ground_truth(
-    folder: Path, problems: list[str], allowed_tools: Collection[str] | None
+    folder: Path, problems: list[str], allowed_tools: Collection[str] | None, taxonomy: Taxonomy | None
 ) -> GroundTruth | None:
     doc = _doc(folder, GROUND_TRUTH_FILE, problems)
     if doc is None:
         return None
-    m = validate(doc, GroundTruthModel, problems)
+    m = validate(doc, GroundTruthModel, problems, taxonomy)
     if m is None:
         return None
     before = len(problems)
@@ -439,19 +439,25 @@ def load_scenario(ref: str | Path) -> Scenario:
     return scenario
 
 
-def load_ground_truth(folder: str | Path) -> GroundTruth:
-    """Load a scenario's ground truth: for the evaluator only, after the run."""
+def load_ground_truth(folder: str | Path, taxonomy: Taxonomy | None = None) -> GroundTruth:
+    """Load a scenario's ground truth: for the evaluator only, after the run.
+
+    Its labels must be in `taxonomy` (the built-in one plus the cards' labels; default: built-in).
+    """
     problems: list[str] = []
-    truth = _read_ground_truth(scenario_folder(folder), problems, None)
+    truth = _read_ground_truth(scenario_folder(folder), problems, None, taxonomy)
     _raise(problems)
     assert truth is not None
     return truth
 
 
-def validate_scenario(folder: str | Path) -> list[str]:
-    """Every problem of a scenario folder, ground truth included (empty when it is valid)."""
+def validate_scenario(folder: str | Path, taxonomy: Taxonomy | None = None) -> list[str]:
+    """Every problem of a scenario folder, ground truth included (empty when it is valid).
+
+    Ground-truth labels are checked against `taxonomy` (default: the built-in one).
+    """
     path = scenario_folder(folder)
     problems: list[str] = []
     scenario = _read_scenario(path, problems)
-    _read_ground_truth(path, problems, scenario.allowed_tools if scenario else None)
+    _read_ground_truth(path, problems, scenario.allowed_tools if scenario else None, taxonomy)
     return problems

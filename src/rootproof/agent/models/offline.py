@@ -29,7 +29,7 @@ from rootproof.agent.models.evidence_view import (
     query_terms,
     signal_strings,
 )
-from rootproof.taxonomy import RECOVERY_ACTIONS
+from rootproof.taxonomy import recovery_policy
 from rootproof.tools.refs import parse_log_ref
 
 if TYPE_CHECKING:
@@ -501,7 +501,7 @@ class OfflinePlanner:
                     continue
                 hypotheses.append({"statement": _label(c.component, c.mechanism, zh), "component": c.component, "mechanism": c.mechanism, "status": "open", "claim_ids": []})
             for action in best.recovery[:2]:
-                risk, approval = RECOVERY_ACTIONS[action]
+                risk, approval = recovery_policy(action)
                 verification = (
                     f"执行后重新检查 {label} 的信号（如“{_excerpt(top[0].text, [])[:80]}”）不再出现，并确认业务延迟恢复"
                     if zh
