@@ -108,6 +108,7 @@ _REDIS_AUTH = re.compile(r'(?P<pre>"AUTH"(?:\s+"[^"]*")?\s+")(?P<v>[^"]+)"', re.
 _SLACK_WEBHOOK = re.compile(
     r"(?P<pre>https://hooks\.slack\.com/(?:services|workflows|triggers)/)(?P<v>[A-Za-z0-9_/\-]+)"
 )
+_PEM_LINE = re.compile(r"[^\r\n]*[^\s][^\r\n]*")
 _PEM = re.compile(
     r"(?P<pre>-----BEGIN (?P<kind>[A-Z0-9 ]*?)PRIVATE KEY(?: BLOCK)?-----)(?P<v>.*?)(?=-----END (?P=kind)PRIVATE KEY|\Z)",
     re.S,
@@ -288,6 +289,10 @@ def _assign(m: re.Match[str]) -> str:
         value = m.group(group)
         if value is None:
             continue
+        if group == "bv" and m.group("sep") == ":" and not m.group("kq"):
+            # `session:token:884120` is a name (a Redis key), not an assignment: YAML and log
+            # `key: value` have a space, JSON has quotes.
+            return m.group(0)
         if group == "bv" and _REFERENCE.fullmatch(value) and is_secret_key(value.rsplit(".", 1)[-1]):
             return m.group(0)
         if group == "bv" and "&" in value and m.start() > 0 and m.string[m.start() - 1] in "?&":
@@ -450,7 +455,8 @@ def redact(text: str) -> str:
     if not text:
         return text
     if "PRIVATE KEY" in text:
-        text = _PEM.sub(lambda m: m.group("pre") + (MASK if m.group("v").strip() else m.group("v")), text)
+        # The key's body, line by line (the line breaks are kept, so are the BEGIN/END markers).
+        text = _PEM.sub(lambda m: m.group("pre") + _PEM_LINE.sub(MASK, m.group("v")), text)
     if "\n" not in text:
         return _redact_line(text)
     return "\n".join(_redact_line(line) for line in text.split("\n"))
