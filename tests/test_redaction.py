@@ -83,6 +83,8 @@ def test_secret_like_dict_keys_mask_their_values() -> None:
         "api_key": "k-123456",
         "client_secret": "cs-1",
         "nested": {"token": "t-998877", "requirepass": "rp-1"},
+        "pin_password": 123456,
+        "token_enabled": True,
         "max_tokens": 4096,
         "password_encryption": "scram-sha-256",
         "token_type": "bearer",
@@ -99,6 +101,7 @@ def test_secret_like_dict_keys_mask_their_values() -> None:
         "api_key": "***",
         "client_secret": "***",
         "nested": {"token": "***", "requirepass": "***"},
+        "pin_password": "***",
         "empty_password": "",
     }
 

@@ -113,7 +113,8 @@ _PEM = re.compile(
     r"(?P<pre>-----BEGIN (?P<kind>[A-Z0-9 ]*?)PRIVATE KEY(?: BLOCK)?-----)(?P<v>.*?)(?=-----END (?P=kind)PRIVATE KEY|\Z)",
     re.S,
 )
-# Cloud and SaaS tokens by their documented prefixes (those detect-secrets has no plugin for).
+# Cloud and SaaS tokens by their documented prefixes (where detect-secrets has a plugin too, its
+# pattern is narrower: `ghp_` with exactly 36 characters, Slack tokens of digits only).
 _TOKENS = re.compile(
     r"(?<![A-Za-z0-9])(?:"
     r"sk-(?:proj-|ant-(?:api\d\d-)?|svcacct-)?[A-Za-z0-9_\-]{16,}"  # OpenAI, Anthropic
@@ -130,10 +131,10 @@ _TOKENS = re.compile(
     r")"
 )
 # Cheap gate, run on the lower-cased line: a line that holds none of these cannot match any
-# pattern or plugin above, and is returned as it is (most log lines). Literal alternatives
-# only, so the regex engine scans for their first characters; the few shapes without a literal
-# start are tested behind a cheaper check. tests/boundary/test_redaction.py proves the gate
-# changes no result on the corpus, the built-in scenarios and the real logs.
+# pattern or plugin, and is returned as it is (most log lines). The literals form one regex
+# factored by prefix; the few shapes without a literal start are tested behind a cheaper check.
+# tests/test_redaction.py proves the gate changes no result on the corpus, the built-in
+# scenarios and the real logs.
 _GATE_LITERALS = (
     ":// pass pwd secret token key auth cred bearer basic cookie identified sig -----begin contrase whsec"
     " sq0csp gr1348941 密码 口令 密钥 秘钥 令牌 sk- sk_ rk_ pk_ ghp_ gho_ ghu_ ghs_ ghr_ github_pat xox xapp-"
@@ -437,7 +438,7 @@ def redact(text: str) -> str:
 
 
 def redact_value(value: Any) -> Any:
-    """Redact every string inside plain JSON data; a secret-like key's string value becomes `***`."""
+    """Redact every string inside plain JSON data; a secret-like key's string or number becomes `***`."""
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, list):
@@ -445,7 +446,10 @@ def redact_value(value: Any) -> Any:
     if isinstance(value, dict):
         out: dict[Any, Any] = {}
         for k, v in value.items():
-            if isinstance(v, str) and isinstance(k, str) and v and not _keep(v) and is_secret_key(k):
+            secret = (isinstance(v, str) and v and not _keep(v)) or (
+                isinstance(v, int | float) and not isinstance(v, bool)
+            )
+            if secret and isinstance(k, str) and is_secret_key(k):
                 out[k] = MASK
             else:
                 out[k] = redact_value(v)
