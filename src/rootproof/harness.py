@@ -21,6 +21,7 @@ from rootproof.agent.prompts import load_prompt, prompt_audit
 from rootproof.agent.router import Route, route
 from rootproof.alerts import AlertPayload, as_payload
 from rootproof.boundary.boundary import CircuitBreaker, ToolBoundary, ToolCallRequest, ToolOutcome
+from rootproof.boundary.redaction import redact, redact_value
 from rootproof.boundary.store import CanonicalStore, InMemoryCanonicalStore
 from rootproof.errors import ConfigError, UsageError
 from rootproof.guard.aiops import evaluate_aiops
@@ -220,7 +221,7 @@ class Harness:
         try:
             outcome = boundary.call(ToolCallRequest(name=name, arguments=arguments, call_id="cli", step_index=0))
         except Exception as exc:
-            record.error = f"{type(exc).__name__}: {str(exc)[:500]}"
+            record.error = redact(f"{type(exc).__name__}: {str(exc)[:500]}")
             ctx.advance(RunState.FAILED)
             self._finish(record, ctx, status="FAILED", outcome="NONE", content=None, fallback=str(FallbackType.INTERNAL_ERROR))
             raise
@@ -248,6 +249,9 @@ class Harness:
         is context. A malformed alert raises AlertError before the run starts.
         """
         payload = as_payload(alert)
+        if payload is not None:  # secrets in the user's input are never stored nor shown to a model
+            payload = AlertPayload.model_validate(redact_value(payload.model_dump()))
+        question = redact(question)
         if payload is not None and not question.strip():
             question = payload.question()
             lang = language or payload.language
@@ -283,7 +287,7 @@ class Harness:
         try:
             self._run(ctx, record, events, out, question, scenario, payload, agent_model)
         except Exception as exc:  # a bug or a store failure still ends in a fallback
-            record.error = f"{type(exc).__name__}: {str(exc)[:500]}"
+            record.error = redact(f"{type(exc).__name__}: {str(exc)[:500]}")
             self._fallback(ctx, record, events, out, FallbackType.INTERNAL_ERROR, status="FAILED")
         out.events = [{"seq": e.seq, "type": e.type, "data": e.data} for e in events.events]
         return out

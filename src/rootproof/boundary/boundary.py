@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from rootproof.boundary.safety import is_instruction_like, redact_value
+from rootproof.boundary.safety import is_instruction_like, redact, redact_value
 from rootproof.boundary.store import CanonicalInvocation, CanonicalStore, InvocationStatus
 from rootproof.boundary.views import audit_record, control_view, model_observation
 from rootproof.errors import BackendError
@@ -341,7 +341,7 @@ class ToolBoundary:
     def _fail(self, inv: CanonicalInvocation, tool: ToolDefinition, message: str) -> CanonicalInvocation:
         inv.status = InvocationStatus.FAILED
         inv.refusal_code = str(RefusalCode.BACKEND_ERROR)
-        inv.message = message
+        inv.message = redact(message)  # a driver's error may quote a connection string
         self.breaker.record(tool.backend, ok=False)
         self._release_scope(inv)
         return inv

@@ -1,23 +1,18 @@
 """Untrusted tool output: redaction of secrets and an injection detector.
 
 Tool output is data, shown to the model as data. Before it is stored, secrets are redacted;
-refs that read as instructions to an AI are flagged `instruction_like`.
+refs that read as instructions to an AI are flagged `instruction_like`. Redaction lives in
+`boundary.redaction` (detect-secrets' plugins and our patterns); its two entry points are
+re-exported here.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+
+from rootproof.boundary.redaction import redact, redact_value
 
 __all__ = ["is_instruction_like", "redact", "redact_value"]
-
-_REDACTIONS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"(?P<pre>\b[a-z][a-z0-9+.\-]*://[^:/\s@]+:)(?P<secret>[^@\s/]+)(?=@)", re.I), r"\g<pre>***"),
-    (re.compile(r"(?P<pre>\b(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key)\s*[=:]\s*)(?P<secret>[^\s,;&\"']+)", re.I), r"\g<pre>***"),
-    (re.compile(r"(?P<pre>\bBearer\s+)[A-Za-z0-9\-._~+/]{8,}=*", re.I), r"\g<pre>***"),
-    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), "AKIA****************"),
-    (re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}\b"), "sk-***"),
-]
 
 _INJECTION = [
     re.compile(p, re.I)
@@ -34,24 +29,6 @@ _INJECTION = [
         r"你现在是",
     )
 ]
-
-
-def redact(text: str) -> str:
-    """Mask passwords in connection strings, tokens and keys."""
-    for pattern, repl in _REDACTIONS:
-        text = pattern.sub(repl, text)
-    return text
-
-
-def redact_value(value: Any) -> Any:
-    """Redact every string inside plain JSON data (keys kept)."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, list):
-        return [redact_value(v) for v in value]
-    if isinstance(value, dict):
-        return {k: redact_value(v) for k, v in value.items()}
-    return value
 
 
 def is_instruction_like(text: str) -> bool:
