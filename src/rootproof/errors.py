@@ -90,7 +90,11 @@ class RunCancelled(RunError):
 
 
 class ModelError(RootproofError):
-    """The model could not produce a usable turn."""
+    """The model could not produce a usable turn; `status` is the provider's HTTP status, if it answered."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
 
 
 class ModelUnavailable(ModelError):

@@ -21,11 +21,16 @@ from rootproof.agent.prompts import load_prompt, prompt_audit
 from rootproof.agent.router import Route, route
 from rootproof.alerts import AlertPayload, as_payload
 from rootproof.boundary.boundary import CircuitBreaker, ToolBoundary, ToolCallRequest, ToolOutcome
-from rootproof.boundary.store import CanonicalStore, InMemoryCanonicalStore
+from rootproof.boundary.store import (
+    CanonicalInvocation,
+    CanonicalStore,
+    InMemoryCanonicalStore,
+    InvocationStatus,
+)
 from rootproof.errors import ConfigError, UsageError
 from rootproof.guard.aiops import evaluate_aiops
 from rootproof.guard.evidence import EvidenceGuardResult
-from rootproof.guard.fallback import FallbackType, SafeFallbackFactory
+from rootproof.guard.fallback import FallbackType, SafeFallbackFactory, call_limitation, model_limitation
 from rootproof.guard.release import ReleaseDecision, release_draft, tool_trace_summary
 from rootproof.guard.rules import rule_set
 from rootproof.guard.semantic import LlmJudge, OfflineJudge, SemanticGuard, SemanticResult
@@ -40,7 +45,12 @@ if TYPE_CHECKING:
     from rootproof.kb import KnowledgeBase
     from rootproof.scenarios.types import Alert, Scenario
 
-__all__ = ["Harness", "RunOutcome"]
+__all__ = ["Harness", "RunOutcome", "thin_evidence"]
+
+_KEYED_PROVIDERS = frozenset({"openai", "deepseek"})
+"""Providers whose servers always need an API key (local servers need none)."""
+_BUDGET_CODES = frozenset({"BUDGET_EXHAUSTED", "SCOPE_SATURATED"})
+"""Refusals that mean a budget (the run's or a tool's) ran out."""
 
 _CANONICAL = InMemoryCanonicalStore()
 _BREAKER = CircuitBreaker()
@@ -101,10 +111,12 @@ class Harness:
         sink: TraceSink | None = None,
         canonical: CanonicalStore | None = None,
         knowledge: KnowledgeBase | None = None,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         self.settings = settings
         self._sink = sink
         self.canonical = canonical or _CANONICAL
+        self.breaker = breaker or _BREAKER
         self._kb = knowledge
         self._kb_lock = threading.Lock()
 
@@ -166,7 +178,15 @@ class Harness:
             from rootproof.agent.models.openai_compat import OpenAICompatModel
 
             s = self.settings
+            if not s.openai_base_url:
+                # Never a silent default: a public API must be chosen, not fallen into.
+                raise ConfigError(
+                    "ROOTPROOF_OPENAI_BASE_URL: not set; the openai model needs its server's URL "
+                    "(e.g. https://api.openai.com/v1, https://api.deepseek.com/v1 or http://127.0.0.1:8080/v1)"
+                )
             key = s.openai_api_key.get_secret_value() if s.openai_api_key else None
+            if not key and s.openai_provider in _KEYED_PROVIDERS:
+                raise ConfigError(f"ROOTPROOF_OPENAI_API_KEY: not set; the {s.openai_provider} provider needs an API key")
             return OpenAICompatModel(
                 base_url=s.openai_base_url, api_key=key, model=s.openai_model, provider=s.openai_provider, timeout_s=s.model_timeout_s, max_retries=s.model_max_retries
             )
@@ -201,7 +221,7 @@ class Harness:
         sink.save_run(record)
         ctx.advance(RunState.RUNNING)
         ctx.progress.begin_step()
-        boundary = ToolBoundary(ctx, backends=self.backends(scenario), store=self.canonical, sink=sink, breaker=_BREAKER)
+        boundary = ToolBoundary(ctx, backends=self.backends(scenario), store=self.canonical, sink=sink, breaker=self.breaker)
         try:
             outcome = boundary.call(ToolCallRequest(name=name, arguments=arguments, call_id="cli", step_index=0))
         except Exception as exc:
@@ -304,7 +324,7 @@ class Harness:
             raise UsageError("DIAGNOSIS needs a scenario (--scenario) or a live backend")
         ctx.advance(RunState.RUNNING)
         events.emit("status", {"phase": "KNOWLEDGE_LOOKUP" if knowledge else "DIAGNOSIS_RUNNING"})
-        boundary = ToolBoundary(ctx, backends=self.backends(scenario), store=self.canonical, sink=self.sink, events=events, breaker=_BREAKER)
+        boundary = ToolBoundary(ctx, backends=self.backends(scenario), store=self.canonical, sink=self.sink, events=events, breaker=self.breaker)
         prompts = ["router", "knowledge_answer", "semantic_judge"] if knowledge else ["router", "diagnosis_agent", "semantic_judge"] + (["aiops"] if alert else [])
         record.prompt_audit = prompt_audit(prompts)
         tools = [ToolSpec(name=n, description=TOOLS[n].description, parameters=TOOLS[n].json_schema()) for n in TOOLS if n in ctx.scope.allowed_tools]
@@ -327,10 +347,7 @@ class Harness:
         self, ctx: RunContext, record: RunRecord, events: EventStream, out: RunOutcome, loop: LoopResult, question: str, knowledge: bool, agent_model: Model
     ) -> None:
         if loop.end == "CANCELLED" or ctx.cancellation.cancelled:
-            ctx.advance(RunState.CANCELLED)
-            self._finish(record, ctx, status="CANCELLED", outcome="NONE", content=None, fallback=None)
-            out.status, out.release_outcome = "CANCELLED", "NONE"
-            events.emit("done", {"release_outcome": "NONE", "status": "CANCELLED", "duration_ms": ctx.elapsed_ms(), "tokens": ctx.usage.tokens})
+            self._cancelled(ctx, record, events, out)
             return
         ends = {
             "NO_DRAFT": (FallbackType.NO_DRAFT, "SUCCESS"),
@@ -340,7 +357,13 @@ class Harness:
         }
         if loop.end in ends or loop.draft is None:
             kind, status = ends.get(loop.end, (FallbackType.NO_DRAFT, "SUCCESS"))
-            self._fallback(ctx, record, events, out, kind, status=status)
+            extra: list[str] = []
+            if loop.detail and loop.end in ("MODEL_UNAVAILABLE", "DEADLINE_EXCEEDED"):
+                record.error = loop.detail[:2000]
+                extra.append(model_limitation(loop.detail, ctx.language, status=loop.model_status))
+            if kind in (FallbackType.BUDGET_EXHAUSTED, FallbackType.DEADLINE_EXCEEDED):
+                extra += [call_limitation(i, ctx.language) for i in _failed_calls(self.canonical.for_run(ctx.run_id))]
+            self._fallback(ctx, record, events, out, kind, status=status, extra=extra)
             return
         ctx.advance(RunState.VALIDATING)
         events.emit("status", {"phase": "SAFETY_VALIDATING"})
@@ -363,20 +386,42 @@ class Harness:
             "tool_trace_summary": tool_trace_summary(self.canonical, ctx.run_id, loop.draft),
             "aiops_rule_evaluation": None,
         }
+        if ctx.cancellation.cancelled:
+            self._cancelled(ctx, record, events, out)
+            return
         if ctx.time_left() <= 0:
             self._fallback(ctx, record, events, out, FallbackType.DEADLINE_EXCEEDED, status="TIMED_OUT")
             return
+        if decision.release_outcome == "PUBLISHED" and not knowledge and loop.draft.root_cause is None:
+            # "No fault found" is an answer only if the run could look: when most evidence calls
+            # were refused, timed out or failed, say so instead (the draft itself is never edited).
+            thin = thin_evidence(self.canonical.for_run(ctx.run_id))
+            if thin is not None:
+                kind, failed = thin
+                self._fallback(ctx, record, events, out, kind, status="SUCCESS", extra=[call_limitation(i, ctx.language) for i in failed])
+                return
         if decision.release_outcome == "PUBLISHED" and loop.draft.root_cause is not None:
             record.conclusion = loop.draft.root_cause.model_dump(mode="json", exclude={"claim_ids"})
         ctx.advance(RunState.RELEASING)
         self._emit_content(ctx, record, events, out, decision.content, decision.release_outcome, decision.fallback_type)
 
-    def _fallback(self, ctx: RunContext, record: RunRecord, events: EventStream, out: RunOutcome, kind: FallbackType, *, status: str) -> None:
+    def _cancelled(self, ctx: RunContext, record: RunRecord, events: EventStream, out: RunOutcome) -> None:
+        """CANCELLED / release_outcome NONE, persisted; `done` is the last event, no content."""
+        ctx.advance(RunState.CANCELLED)
+        record.error = f"cancelled: {ctx.cancellation.reason}" if ctx.cancellation.reason else None
+        self._finish(record, ctx, status="CANCELLED", outcome="NONE", content=None, fallback=None)
+        out.status, out.release_outcome = "CANCELLED", "NONE"
+        out.duration_ms, out.tokens = ctx.elapsed_ms(), ctx.usage.tokens
+        events.emit("done", {"release_outcome": "NONE", "status": "CANCELLED", "duration_ms": out.duration_ms, "tokens": out.tokens})
+
+    def _fallback(
+        self, ctx: RunContext, record: RunRecord, events: EventStream, out: RunOutcome, kind: FallbackType, *, status: str, extra: list[str] | None = None
+    ) -> None:
         if ctx.lifecycle.terminal:
             return
         if ctx.lifecycle.state is not RunState.RELEASING:
             ctx.advance(RunState.RELEASING)
-        content = SafeFallbackFactory.build(kind, ctx.language)
+        content = SafeFallbackFactory.build(kind, ctx.language, extra_limitations=extra)
         terminal = {"SUCCESS": RunState.COMPLETED, "TIMED_OUT": RunState.TIMED_OUT, "FAILED": RunState.FAILED}[status]
         self._emit_content(ctx, record, events, out, content, "FALLBACK", str(kind), terminal=terminal)
 
@@ -427,6 +472,38 @@ class Harness:
         record.ended_at = datetime.now(UTC)
         record.duration_ms = ctx.elapsed_ms()
         self.sink.save_run(record)
+
+
+def _failed_calls(invocations: list[CanonicalInvocation]) -> list[CanonicalInvocation]:
+    """Evidence calls (not knowledge lookups) that were refused, timed out or failed; a duplicate's refusal is not a failure."""
+    return [
+        i
+        for i in invocations
+        if i.status is not InvocationStatus.READY and i.refusal_code != "DUPLICATE_SCOPE" and _is_evidence_call(i)
+    ]
+
+
+def _is_evidence_call(inv: CanonicalInvocation) -> bool:
+    tool = TOOLS.get(inv.tool_name)
+    return tool is None or tool.backend != "knowledge"
+
+
+def thin_evidence(invocations: list[CanonicalInvocation]) -> tuple[FallbackType, list[CanonicalInvocation]] | None:
+    """The fallback a draft without a root cause gets when its run could barely look, else None.
+
+    Counted over evidence calls (every tool but knowledge lookups; a refused duplicate is not
+    counted, its query already ran): when at least half of them were refused, timed out or
+    failed, "no fault found" would be a claim about evidence nobody saw. The fallback is
+    BUDGET_EXHAUSTED when budget refusals (run or per-tool) are at least half of the failures,
+    else INSUFFICIENT_EVIDENCE; the failed calls are returned to be named in its limitations.
+    """
+    counted = [i for i in invocations if _is_evidence_call(i) and i.refusal_code != "DUPLICATE_SCOPE"]
+    failed = _failed_calls(invocations)
+    if not failed or len(failed) * 2 < len(counted):
+        return None
+    budget = sum(1 for i in failed if i.refusal_code in _BUDGET_CODES)
+    kind = FallbackType.BUDGET_EXHAUSTED if budget * 2 >= len(failed) else FallbackType.INSUFFICIENT_EVIDENCE
+    return kind, failed
 
 
 _EMPTY_EVALUATION: dict[str, Any] = {"rule_set_version": None, "evidence_guard": None, "semantic_guard": None, "tool_trace_summary": None, "aiops_rule_evaluation": None}

@@ -37,10 +37,12 @@ class Settings(BaseSettings):
     """SQLAlchemy URL of the trace store. Default: a SQLite file `rootproof.db` in the data folder."""
     model: Literal["offline", "openai", "scripted"] = "offline"
     """Which model drives the agent: the offline planner (default) or an OpenAI-compatible server."""
-    openai_base_url: str = "https://api.openai.com/v1"
-    """Base URL of the OpenAI-compatible server (OpenAI, DeepSeek, vLLM, Ollama, llama.cpp)."""
+    openai_base_url: str | None = None
+    """Base URL of the OpenAI-compatible server (OpenAI, DeepSeek, vLLM, Ollama, llama.cpp). No
+    default: `model = openai` without it is a configuration error, never a silent public API."""
     openai_api_key: SecretStr | None = None
-    """API key for the OpenAI-compatible server; never stored or logged."""
+    """API key for the OpenAI-compatible server; never stored or logged. Required for the
+    `openai` and `deepseek` providers, optional for local servers."""
     openai_model: str = "gpt-4o-mini"
     """Model name sent to the OpenAI-compatible server."""
     openai_provider: Literal["openai", "deepseek", "vllm", "ollama", "llamacpp"] = "openai"

@@ -1,12 +1,17 @@
 """The ReAct agent loop: model step → tool calls through the ToolBoundary → observations → next step.
 
 Ends at a valid draft, a budget, the deadline, cancellation or a provider failure. Max steps end
-gracefully: a final no-tools step asks for the draft.
+gracefully: a final no-tools step asks for the draft. A model step runs in a helper thread so that
+cancellation (Ctrl-C, SIGTERM, a client gone) ends the run at once, even while a slow model
+server has not answered; the abandoned answer is ignored. A provider failure is recorded as that
+step's `agent_step` row (its message, secrets removed) and ends the run MODEL_UNAVAILABLE, or
+DEADLINE_EXCEEDED when the run's deadline is what stopped the attempts.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -24,6 +29,7 @@ from rootproof.agent.models.base import (
     UserMessage,
 )
 from rootproof.boundary.boundary import ToolBoundary, ToolCallRequest
+from rootproof.boundary.safety import redact
 from rootproof.errors import BudgetExhausted, ModelError, ModelUnavailable
 from rootproof.run.context import RunContext
 from rootproof.run.records import ReasoningAuditRecord, StepRecord, TraceSink
@@ -32,6 +38,8 @@ __all__ = ["LoopEnd", "LoopResult", "run_agent"]
 
 LoopEnd = Literal["DRAFT", "NO_DRAFT", "BUDGET_EXHAUSTED", "DEADLINE_EXCEEDED", "MODEL_UNAVAILABLE", "CANCELLED"]
 SUMMARY_CAP = 600
+CANCEL_POLL_S = 0.05
+"""How often a waiting model step looks at the run's cancellation, seconds."""
 
 
 @dataclass(kw_only=True)
@@ -43,6 +51,9 @@ class LoopResult:
     raw_draft: dict[str, Any] | str | None = None
     steps: int = 0
     detail: str = ""
+    """Why the loop ended, for the trace (a provider's error message, secrets removed)."""
+    model_status: int | None = None
+    """The model server's HTTP status when a provider failure ended the loop."""
     messages: list[Message] = field(default_factory=list)
 
 
@@ -67,6 +78,43 @@ def _output_summary(turn: ModelTurn) -> str:
 def _budget_spent(ctx: RunContext) -> bool:
     u, b = ctx.usage, ctx.budget
     return u.tool_calls >= b.tool_calls or u.tokens >= b.tokens or u.model_calls >= b.model_calls
+
+
+def _interruptible_step(ctx: RunContext, model: Model, request: ModelRequest) -> ModelTurn | None:
+    """`model.step(request)` in a helper thread; None if the run was cancelled before it answered."""
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            box["turn"] = model.step(request)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name=f"model-step-{ctx.run_id[:8]}", daemon=True).start()
+    while not done.wait(CANCEL_POLL_S):
+        if ctx.cancellation.cancelled:
+            return None
+    if "error" in box:
+        raise box["error"]
+    turn: ModelTurn = box["turn"]
+    return turn
+
+
+def _model_failure_step(ctx: RunContext, sink: TraceSink | None, step: int, messages: list[Message], detail: str, duration: int) -> None:
+    if sink is not None:
+        sink.add_step(
+            StepRecord(
+                run_id=ctx.run_id,
+                session_id=ctx.session_id,
+                step_index=step,
+                model_input=_summary(messages),
+                model_output=f"model error: {detail}"[: SUMMARY_CAP * 2],
+                duration_ms=duration,
+            )
+        )
 
 
 def run_agent(
@@ -108,11 +156,17 @@ def run_agent(
         )
         t0 = time.monotonic()
         try:
-            turn = model.step(request)
+            stepped = _interruptible_step(ctx, model, request)
         except ModelUnavailable as exc:
-            return LoopResult(end="MODEL_UNAVAILABLE", steps=step + 1, detail=str(exc), messages=messages)
+            detail = redact(str(exc))
+            _model_failure_step(ctx, sink, step, messages, detail, int((time.monotonic() - t0) * 1000))
+            end: LoopEnd = "DEADLINE_EXCEEDED" if ctx.time_left() <= 0 else "MODEL_UNAVAILABLE"
+            return LoopResult(end=end, steps=step + 1, detail=detail, model_status=exc.status, messages=messages)
         except ModelError as exc:
-            turn = ModelTurn(draft=f"<unusable model output: {exc}>")
+            stepped = ModelTurn(draft=f"<unusable model output: {exc}>")
+        if stepped is None:
+            return LoopResult(end="CANCELLED", steps=step + 1, detail="cancelled while the model was answering", messages=messages)
+        turn = stepped
         duration = int((time.monotonic() - t0) * 1000)
         ctx.usage.add_tokens(turn.usage.total)
         if sink is not None:
@@ -163,8 +217,8 @@ def run_agent(
             if _budget_spent(ctx) and not force_draft:
                 return LoopResult(end="BUDGET_EXHAUSTED", steps=step + 1, detail="no draft after the final no-tools step", messages=messages)
             if repaired or ctx.budget.model_calls - ctx.usage.model_calls <= 0:
-                end: LoopEnd = "BUDGET_EXHAUSTED" if _budget_spent(ctx) else "NO_DRAFT"
-                return LoopResult(end=end, steps=step + 1, detail="no draft when one was required", messages=messages)
+                spent: LoopEnd = "BUDGET_EXHAUSTED" if _budget_spent(ctx) else "NO_DRAFT"
+                return LoopResult(end=spent, steps=step + 1, detail="no draft when one was required", messages=messages)
             repaired = True
             messages.append(AssistantMessage(content=turn.text or "", reasoning=turn.reasoning))
             messages.append(UserMessage(content="Tools are closed. Submit the DiagnosisDraft now with submit_draft, citing only evidence you observed."))
