@@ -8,14 +8,16 @@ emits the public events.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rootproof.agent.draft import DiagnosisDraft
-from rootproof.agent.loop import LoopResult, run_agent
+from rootproof.agent.loop import CancellableModel, LoopResult, run_agent
 from rootproof.agent.models.base import Model, ToolSpec
 from rootproof.agent.prompts import load_prompt, prompt_audit
 from rootproof.agent.router import Route, route
@@ -27,7 +29,7 @@ from rootproof.boundary.store import (
     InMemoryCanonicalStore,
     InvocationStatus,
 )
-from rootproof.errors import ConfigError, UsageError
+from rootproof.errors import ConfigError, RunCancelled, UsageError
 from rootproof.guard.aiops import evaluate_aiops
 from rootproof.guard.evidence import EvidenceGuardResult
 from rootproof.guard.fallback import FallbackType, SafeFallbackFactory, call_limitation, model_limitation
@@ -38,7 +40,7 @@ from rootproof.run.context import RunBudget, RunCancellation, RunContext, ToolSc
 from rootproof.run.events import EventStream, Listener
 from rootproof.run.lifecycle import RunState
 from rootproof.run.records import MemoryTraceSink, RunRecord, TraceSink
-from rootproof.settings import Settings
+from rootproof.settings import Settings, data_dir_variable
 from rootproof.tools.base import TOOLS, ToolBackend
 
 if TYPE_CHECKING:
@@ -127,9 +129,36 @@ class Harness:
         if self._sink is None:
             from rootproof.store import SqlTraceStore
 
-            self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+            self._make_data_dir()
             self._sink = SqlTraceStore(self.settings.resolved_database_url())
         return self._sink
+
+    def reader(self) -> TraceSink:
+        """The trace store for commands that only read: opened read-only when the SQLite file
+        or its folder is not writable (a read-only data folder, a read-only mount)."""
+        if self._sink is not None:
+            return self._sink
+        from sqlalchemy.engine import make_url
+
+        from rootproof.store import SqlTraceStore
+
+        url = self.settings.resolved_database_url()
+        try:
+            parsed = make_url(url)
+        except Exception:  # noqa: BLE001 - the store names a bad URL itself
+            return self.sink
+        path = Path(parsed.database or "") if parsed.get_backend_name() == "sqlite" else None
+        if path is not None and path.is_file() and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+            self._sink = SqlTraceStore(url, read_only=True)
+            return self._sink
+        return self.sink
+
+    def _make_data_dir(self) -> None:
+        folder = self.settings.data_dir
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"{data_dir_variable()}: cannot create the data folder {folder}: {exc.strerror or exc}") from exc
 
     @property
     def knowledge(self) -> KnowledgeBase:
@@ -286,6 +315,9 @@ class Harness:
         out = RunOutcome(run_id=ctx.run_id, session_id=ctx.session_id, status="", release_outcome="", content=None, route="", alert=payload)
         try:
             self._run(ctx, record, events, out, question, scenario, payload, agent_model)
+        except RunCancelled:
+            if not ctx.lifecycle.terminal:
+                self._cancelled(ctx, record, events, out)
         except Exception as exc:  # a bug or a store failure still ends in a fallback
             record.error = f"{type(exc).__name__}: {str(exc)[:500]}"
             self._fallback(ctx, record, events, out, FallbackType.INTERNAL_ERROR, status="FAILED")
@@ -307,7 +339,10 @@ class Harness:
         events.emit("status", {"phase": "ROUTING"})
         incident = scenario is not None or alert is not None
         message = question if alert is None else f"{question}\n{alert.router_text()}"
-        chosen = route(ctx, message, incident_scope=incident, model=self.router_model(model), alert=alert is not None)
+        router = self.router_model(model)
+        chosen = route(
+            ctx, message, incident_scope=incident, model=CancellableModel(router, ctx.cancellation) if router else None, alert=alert is not None
+        )
         record.route = out.route = str(chosen)
         if chosen is Route.SYSTEM_CHAT:
             ctx.advance(RunState.RELEASING)
@@ -520,11 +555,13 @@ def _judge_ask(ctx: RunContext, model: Model) -> Any:
     from rootproof.agent.models.base import ModelRequest, SystemMessage, UserMessage
     from rootproof.errors import BudgetExhausted
 
+    judge = CancellableModel(model, ctx.cancellation)
+
     def ask(system: str, user: str) -> str:
         if ctx.usage.judge_calls >= ctx.budget.judge_calls:
             raise BudgetExhausted(f"judge_calls limit of {ctx.budget.judge_calls} reached")
         ctx.usage.judge_calls += 1
-        turn = model.step(ModelRequest(messages=[SystemMessage(content=system), UserMessage(content=user)], tools=[], draft_schema={}, mode="gather", time_left=ctx.time_left))
+        turn = judge.step(ModelRequest(messages=[SystemMessage(content=system), UserMessage(content=user)], tools=[], draft_schema={}, mode="gather", time_left=ctx.time_left))
         ctx.usage.add_tokens(turn.usage.total)
         return turn.text or ""
 

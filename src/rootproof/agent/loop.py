@@ -30,11 +30,11 @@ from rootproof.agent.models.base import (
 )
 from rootproof.boundary.boundary import ToolBoundary, ToolCallRequest
 from rootproof.boundary.safety import redact
-from rootproof.errors import BudgetExhausted, ModelError, ModelUnavailable
-from rootproof.run.context import RunContext
+from rootproof.errors import BudgetExhausted, ModelError, ModelUnavailable, RunCancelled
+from rootproof.run.context import RunCancellation, RunContext
 from rootproof.run.records import ReasoningAuditRecord, StepRecord, TraceSink
 
-__all__ = ["LoopEnd", "LoopResult", "run_agent"]
+__all__ = ["CancellableModel", "LoopEnd", "LoopResult", "run_agent"]
 
 LoopEnd = Literal["DRAFT", "NO_DRAFT", "BUDGET_EXHAUSTED", "DEADLINE_EXCEEDED", "MODEL_UNAVAILABLE", "CANCELLED"]
 SUMMARY_CAP = 600
@@ -80,27 +80,38 @@ def _budget_spent(ctx: RunContext) -> bool:
     return u.tool_calls >= b.tool_calls or u.tokens >= b.tokens or u.model_calls >= b.model_calls
 
 
-def _interruptible_step(ctx: RunContext, model: Model, request: ModelRequest) -> ModelTurn | None:
-    """`model.step(request)` in a helper thread; None if the run was cancelled before it answered."""
-    box: dict[str, Any] = {}
-    done = threading.Event()
+class CancellableModel:
+    """Wraps a `Model`: each step runs in a helper thread and ends at once, raising `RunCancelled`,
+    when the run is cancelled before the model answered (the late answer is dropped)."""
 
-    def work() -> None:
-        try:
-            box["turn"] = model.step(request)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = exc
-        finally:
-            done.set()
+    def __init__(self, model: Model, cancellation: RunCancellation) -> None:
+        self.inner = model
+        self.name = model.name
+        self._cancellation = cancellation
 
-    threading.Thread(target=work, name=f"model-step-{ctx.run_id[:8]}", daemon=True).start()
-    while not done.wait(CANCEL_POLL_S):
-        if ctx.cancellation.cancelled:
-            return None
-    if "error" in box:
-        raise box["error"]
-    turn: ModelTurn = box["turn"]
-    return turn
+    def step(self, request: ModelRequest) -> ModelTurn:
+        """The inner model's turn, or `RunCancelled` as soon as the run is cancelled."""
+        if self._cancellation.cancelled:
+            raise RunCancelled(f"cancelled before the model step ({self._cancellation.reason})")
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                box["turn"] = self.inner.step(request)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="model-step", daemon=True).start()
+        while not done.wait(CANCEL_POLL_S):
+            if self._cancellation.cancelled:
+                raise RunCancelled(f"cancelled while the model was answering ({self._cancellation.reason})")
+        if "error" in box:
+            raise box["error"]
+        turn: ModelTurn = box["turn"]
+        return turn
 
 
 def _model_failure_step(ctx: RunContext, sink: TraceSink | None, step: int, messages: list[Message], detail: str, duration: int) -> None:
@@ -129,6 +140,7 @@ def run_agent(
 ) -> LoopResult:
     """Drive the model until it submits a draft or the run must stop."""
     messages: list[Message] = [SystemMessage(content=system_prompt), UserMessage(content=user_prompt)]
+    steps = model if isinstance(model, CancellableModel) else CancellableModel(model, ctx.cancellation)
     schema = draft_json_schema()
     repaired = False
     force_draft = False
@@ -156,7 +168,9 @@ def run_agent(
         )
         t0 = time.monotonic()
         try:
-            stepped = _interruptible_step(ctx, model, request)
+            stepped: ModelTurn | None = steps.step(request)
+        except RunCancelled:
+            stepped = None
         except ModelUnavailable as exc:
             detail = redact(str(exc))
             _model_failure_step(ctx, sink, step, messages, detail, int((time.monotonic() - t0) * 1000))
