@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping
@@ -123,13 +124,21 @@ def _sqlite_memory(url: URL) -> bool:
 
 
 def _read_only_url(url: URL) -> URL:
-    """The same SQLite file opened in SQLite's read-only mode; other URLs unchanged."""
+    """The same SQLite file opened in SQLite's read-only mode; other URLs unchanged.
+
+    In a folder this process cannot write, the file is also opened `immutable`: SQLite could not
+    create the `-shm` file a WAL reader needs, and nobody can change the file there anyway.
+    """
     if url.get_backend_name() != "sqlite" or _sqlite_memory(url):
         return url
     db = url.database or ""
+    query = {"mode": "ro", "uri": "true"}
     if not db.startswith("file:"):
-        db = "file:" + quote(str(Path(db).expanduser().resolve()))
-    return url.set(database=db).update_query_dict({"mode": "ro", "uri": "true"})
+        path = Path(db).expanduser().resolve()
+        if not os.access(path.parent, os.W_OK):
+            query["immutable"] = "1"
+        db = "file:" + quote(str(path))
+    return url.set(database=db).update_query_dict(query)
 
 
 def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
