@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import sys
 from collections.abc import Iterator
@@ -29,15 +28,12 @@ from rootproof.kb.cli import kb_app
 from rootproof.run.context import RunCancellation
 from rootproof.run.records import EventRecord
 from rootproof.settings import load_settings
+from rootproof.terminal import SafeStream, json_text_safe, terminal_safe
 
-__all__ = ["app", "main", "terminal_safe"]
+__all__ = ["app", "main"]
 
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: the reader of stdout closed it (as `git log | head` does)."""
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-"""C0 but tab and newline, DEL, C1, and the bidirectional overrides (they reorder what is shown)."""
-_JSON_UNSAFE = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-"""What `json.dumps(ensure_ascii=False)` leaves raw but a terminal would act on."""
 
 app = typer.Typer(help="rootproof: incident diagnosis that publishes only what the evidence proves.", no_args_is_help=True, pretty_exceptions_enable=False)
 tools_app = typer.Typer(help="Evidence tools.", no_args_is_help=True)
@@ -54,18 +50,6 @@ app.add_typer(kb_app, name="kb")
 err = Console(stderr=True, highlight=False)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    if code == 0x0D:
-        return "\\r"
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def terminal_safe(text: str) -> str:
-    """`text` with control characters shown as escapes (`\\x1b`, `\\r`), newline and tab kept."""
-    return _CONTROL.sub(_escape, text)
 
 
 def say(*parts: object) -> None:
@@ -159,7 +143,7 @@ def emit_json(data: Any, target: Path | None = None) -> None:
     """One JSON document: on stdout, or written to `target` (C1 and bidi controls as `\\uXXXX`)."""
     text = json.dumps(data, ensure_ascii=False, indent=2, default=str)
     # Same document, but nothing a terminal would act on (json.dumps leaves these raw).
-    text = _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    text = json_text_safe(text)
     if target is not None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text + "\n", encoding="utf-8")
@@ -493,7 +477,9 @@ _mount_eval()
 
 
 def main() -> None:
-    """Entry point."""
+    """Entry point: every byte written goes through `SafeStream` (control characters escaped)."""
+    sys.stdout = SafeStream(sys.stdout)  # type: ignore[assignment]
+    sys.stderr = SafeStream(sys.stderr)  # type: ignore[assignment]
     try:
         app()
     except RootproofError as exc:  # errors raised outside a command body

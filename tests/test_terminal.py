@@ -1,0 +1,71 @@
+"""Terminal-safe text: `terminal_safe` for known data, `SafeStream` for everything a command writes."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from rootproof.terminal import SafeStream, json_text_safe, terminal_safe
+
+ROOT = Path(__file__).resolve().parents[1]
+HOSTILE = "a\x1b[2Jb\x1b]0;t\x07c\rd\x9b31me\u202ef\x00g\x7fh"
+
+
+def test_terminal_safe_escapes_controls_but_newline_and_tab() -> None:
+    assert (
+        terminal_safe(HOSTILE + "\n\tz") == "a\\x1b[2Jb\\x1b]0;t\\x07c\\rd\\x9b31me\\u202ef\\x00g\\x7fh\n\tz"
+    )
+    assert terminal_safe("支付接口超时 ok") == "支付接口超时 ok"
+
+
+def test_json_text_safe_keeps_the_document() -> None:
+    text = json.dumps({"t": HOSTILE}, ensure_ascii=False)
+    safe = json_text_safe(text)
+    assert json.loads(safe) == {"t": HOSTILE}
+    assert not any(ch in safe for ch in "\x1b\x07\r\x9b\u202e\x7f")
+
+
+def test_safe_stream_keeps_colour_sequences_and_escapes_the_rest() -> None:
+    buf = io.StringIO()
+    stream = SafeStream(buf)
+    stream.write("\x1b[1mbold\x1b[0m " + HOSTILE)
+    assert (
+        buf.getvalue()
+        == "\x1b[1mbold\x1b[0m a\\u001b[2Jb\\u001b]0;t\\u0007c\\u000dd\\u009b31me\\u202ef\\u0000g\\u007fh"
+    )
+    # JSON printed raw through the stream stays the same document
+    buf2 = io.StringIO()
+    SafeStream(buf2).write(json.dumps({"t": HOSTILE}, ensure_ascii=False))
+    assert json.loads(buf2.getvalue()) == {"t": HOSTILE}
+
+
+def test_kb_search_escapes_a_hostile_card_title(tmp_path: Path) -> None:
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    text = (ROOT / "src/rootproof/kb/cards/disk-full.md").read_text(encoding="utf-8")
+    text = text.replace("id: disk-full", "id: disk-full-mine").replace(
+        "title: Disk full (No space left on device, ENOSPC, PostgreSQL could not extend file)",
+        'title: "Disk \\e[2J\\e]0;owned\\a full"',
+    )
+    (cards / "disk-full-mine.md").write_text(text, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")}
+    env |= {
+        "ROOTPROOF_HOME": str(tmp_path / "home"),
+        "ROOTPROOF_CARDS_DIR": str(cards),
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
+    p = subprocess.run(
+        [sys.executable, "-m", "rootproof.cli", "kb", "search", "No space left on device"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "disk-full-mine" in p.stdout and "Disk \\u001b[2J\\u001b]0;owned" in p.stdout
+    assert "\x1b" not in p.stdout and "\x07" not in p.stdout
