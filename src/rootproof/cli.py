@@ -357,6 +357,8 @@ def trace(run_id: Annotated[str, typer.Argument(help="A run id.")], as_json: Jso
     run = data["run"]
     say(f"run {run['run_id']} route={run['route']} model={run['model']} status={run['status']} release_outcome={run['release_outcome']} fallback={run['fallback_type']} {run['duration_ms']} ms tokens={run['tokens']}")
     say(f"question: {run['question']}")
+    if run.get("error"):
+        say(f"error: {run['error']}")
     for s in data["steps"]:
         say(f"  step {s['step_index']}: tool_call={s['has_tool_call']} {s['duration_ms']} ms out: {s['model_output'][:120]}")
     for i in data["invocations"]:

@@ -8,12 +8,10 @@ emits the public events.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rootproof.agent.draft import DiagnosisDraft
@@ -134,23 +132,16 @@ class Harness:
         return self._sink
 
     def reader(self) -> TraceSink:
-        """The trace store for commands that only read: opened read-only when the SQLite file
-        or its folder is not writable (a read-only data folder, a read-only mount)."""
-        if self._sink is not None:
-            return self._sink
-        from sqlalchemy.engine import make_url
+        """The trace store for commands that only read: opened read-only when its SQLite file or
+        that file's folder is not writable (a read-only data folder or mount); else `sink`."""
+        if self._sink is None:
+            from rootproof.store.sql import needs_read_only
 
-        from rootproof.store import SqlTraceStore
+            url = self.settings.resolved_database_url()
+            if needs_read_only(url):
+                from rootproof.store import SqlTraceStore
 
-        url = self.settings.resolved_database_url()
-        try:
-            parsed = make_url(url)
-        except Exception:  # noqa: BLE001 - the store names a bad URL itself
-            return self.sink
-        path = Path(parsed.database or "") if parsed.get_backend_name() == "sqlite" else None
-        if path is not None and path.is_file() and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
-            self._sink = SqlTraceStore(url, read_only=True)
-            return self._sink
+                self._sink = SqlTraceStore(url, read_only=True)
         return self.sink
 
     def _make_data_dir(self) -> None:

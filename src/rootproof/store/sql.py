@@ -64,7 +64,7 @@ from rootproof.store.models import (
     ToolInvocation,
 )
 
-__all__ = ["SqlTraceStore", "upgrade"]
+__all__ = ["SqlTraceStore", "needs_read_only", "upgrade"]
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +139,22 @@ def _read_only_url(url: URL) -> URL:
             query["immutable"] = "1"
         db = "file:" + quote(str(path))
     return url.set(database=db).update_query_dict(query)
+
+
+def needs_read_only(url: str) -> bool:
+    """True when `url` names an existing SQLite file this process may not write (or not beside it)."""
+    try:
+        parsed = make_url(url)
+    except sa.exc.ArgumentError:
+        return False  # opening reports the bad URL
+    if (
+        parsed.get_backend_name() != "sqlite"
+        or _sqlite_memory(parsed)
+        or (parsed.database or "").startswith("file:")
+    ):
+        return False
+    path = Path(parsed.database or "").expanduser()
+    return path.is_file() and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK))
 
 
 def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
