@@ -9,13 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rootproof.terminal import SafeStream, json_text_safe, terminal_safe
-
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = "a\x1b[2Jb\x1b]0;t\x07c\rd\x9b31me\u202ef\x00g\x7fh"
 
 
 def test_terminal_safe_escapes_controls_but_newline_and_tab() -> None:
+    from rootproof.terminal import terminal_safe
+
     assert (
         terminal_safe(HOSTILE + "\n\tz") == "a\\x1b[2Jb\\x1b]0;t\\x07c\\rd\\x9b31me\\u202ef\\x00g\\x7fh\n\tz"
     )
@@ -23,6 +23,8 @@ def test_terminal_safe_escapes_controls_but_newline_and_tab() -> None:
 
 
 def test_json_text_safe_keeps_the_document() -> None:
+    from rootproof.terminal import json_text_safe
+
     text = json.dumps({"t": HOSTILE}, ensure_ascii=False)
     safe = json_text_safe(text)
     assert json.loads(safe) == {"t": HOSTILE}
@@ -30,6 +32,8 @@ def test_json_text_safe_keeps_the_document() -> None:
 
 
 def test_safe_stream_keeps_colour_sequences_and_escapes_the_rest() -> None:
+    from rootproof.terminal import SafeStream
+
     buf = io.StringIO()
     stream = SafeStream(buf)
     stream.write("\x1b[1mbold\x1b[0m " + HOSTILE)
