@@ -28,7 +28,7 @@ from rootproof.kb.cli import kb_app
 from rootproof.run.context import RunCancellation
 from rootproof.run.records import EventRecord
 from rootproof.settings import load_settings
-from rootproof.terminal import SafeStream, json_text_safe, terminal_safe
+from rootproof.terminal import json_text_safe, terminal_safe
 
 __all__ = ["app", "main"]
 
@@ -479,9 +479,7 @@ _mount_eval()
 
 
 def main() -> None:
-    """Entry point: every byte written goes through `SafeStream` (control characters escaped)."""
-    sys.stdout = SafeStream(sys.stdout)  # type: ignore[assignment]
-    sys.stderr = SafeStream(sys.stderr)  # type: ignore[assignment]
+    """Entry point."""
     try:
         app()
     except RootproofError as exc:  # errors raised outside a command body
