@@ -1,25 +1,39 @@
 """`rootproof`: the command line (typer + rich).
 
-Exit 0 when the command did its job, 2 on bad input or usage (one `Error: ...` line), 1 on an
-internal failure. `--json` prints exactly one JSON document on stdout; status lines go to stderr.
+Exit codes: 0 when the command did its job; 2 on bad input, usage or configuration (one
+`Error: ...` line naming the variable, file or field); 1 on an internal failure; 130 / 143 when
+SIGINT (Ctrl-C) / SIGTERM cancelled a `diagnose` run (persisted CANCELLED); 141 when the reader
+of stdout went away (`rootproof trace RUN | head -1`), quietly. `--json` prints exactly one JSON
+document on stdout; status lines go to stderr. Terminal output escapes control characters
+(ESC, CR, C0 and C1 but newline and tab), so text from logs cannot drive the terminal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape as markup_escape
 
-from rootproof.errors import ConfigError, RootproofError, ScenarioError, UsageError
+from rootproof.errors import ConfigError, RootproofError, ScenarioError, StoreOpenError, UsageError
 from rootproof.kb.cli import kb_app
+from rootproof.run.context import RunCancellation
 from rootproof.run.records import EventRecord
 from rootproof.settings import load_settings
+from rootproof.terminal import json_text_safe, terminal_safe
 
 __all__ = ["app", "main"]
+
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: the reader of stdout closed it (as `git log | head` does)."""
 
 app = typer.Typer(help="rootproof: incident diagnosis that publishes only what the evidence proves.", no_args_is_help=True, pretty_exceptions_enable=False)
 tools_app = typer.Typer(help="Evidence tools.", no_args_is_help=True)
@@ -38,14 +52,49 @@ err = Console(stderr=True, highlight=False)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
 
+def say(*parts: object) -> None:
+    """Print one line on stdout, terminal-safe."""
+    print(terminal_safe(" ".join(str(p) for p in parts)))
+
+
+def status(text: str, style: str = "") -> None:
+    """One status line on stderr (rich), terminal-safe and markup-escaped."""
+    safe = markup_escape(terminal_safe(text))
+    err.print(f"[{style}]{safe}[/{style}]" if style else safe)
+
+
+def _store_setting() -> str:
+    """The variable that names the trace store, for messages."""
+    try:
+        configured = load_settings().database_url is not None
+    except ConfigError:
+        configured = bool(os.environ.get("ROOTPROOF_DATABASE_URL"))
+    if configured:
+        return "ROOTPROOF_DATABASE_URL"
+    from rootproof.settings import data_dir_variable
+
+    return f"{data_dir_variable()} (the trace store is rootproof.db in the data folder)"
+
+
 def fail(exc: BaseException) -> None:
-    """Map an error to one line and an exit code (2 bad input, 1 internal)."""
+    """Map an error to one line and an exit code (2 bad input or configuration, 1 internal)."""
+    if isinstance(exc, StoreOpenError):
+        print(terminal_safe(f"Error: {_store_setting()}: {exc}"), file=sys.stderr)
+        raise typer.Exit(2)
     if isinstance(exc, ConfigError | UsageError):
-        print(f"Error: {exc}", file=sys.stderr)
+        print(terminal_safe(f"Error: {exc}"), file=sys.stderr)
         raise typer.Exit(2)
     name = type(exc).__name__
-    print(f"Error: internal failure: {name}: {exc}", file=sys.stderr)
+    print(terminal_safe(f"Error: internal failure: {name}: {exc}"), file=sys.stderr)
     raise typer.Exit(1)
+
+
+def _closed_pipe() -> None:
+    """stdout's reader is gone: send what is left to /dev/null (no error at exit) and stop quietly."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    raise typer.Exit(EXIT_BROKEN_PIPE)
 
 
 def guarded(fn: Any) -> Any:
@@ -55,22 +104,50 @@ def guarded(fn: Any) -> Any:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            sys.stdout.flush()  # a closed pipe shows here, inside the mapping, not at exit
+            return result
         except typer.Exit:
             raise
+        except BrokenPipeError:
+            _closed_pipe()
         except Exception as exc:
             fail(exc)
 
     return wrapper
 
 
+@contextlib.contextmanager
+def cancel_on_signals(cancellation: RunCancellation) -> Iterator[list[int]]:
+    """SIGINT and SIGTERM cancel the run (it ends CANCELLED, persisted); a second signal stops at once.
+
+    Yields the list of signals received (the first decides the exit code, 128 + its number).
+    """
+    received: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        if received:
+            raise KeyboardInterrupt
+        received.append(signum)
+        cancellation.cancel(f"{signal.Signals(signum).name} received")
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 def emit_json(data: Any, target: Path | None = None) -> None:
-    """One JSON document: on stdout, or written to `target`."""
+    """One JSON document: on stdout, or written to `target` (C1 and bidi controls as `\\uXXXX`)."""
     text = json.dumps(data, ensure_ascii=False, indent=2, default=str)
+    # Same document, but nothing a terminal would act on (json.dumps leaves these raw).
+    text = json_text_safe(text)
     if target is not None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text + "\n", encoding="utf-8")
-        err.print(f"wrote {target}")
+        status(f"wrote {target}")
     else:
         sys.stdout.write(text + "\n")
 
@@ -92,43 +169,43 @@ def _scenario(ref: str | None) -> Any:
 def _status_line(e: EventRecord) -> None:
     d = e.data
     if e.type == "metadata":
-        err.print(f"[dim]run {d['run_id']} (session {d['session_id']})[/dim]")
+        status(f"run {d['run_id']} (session {d['session_id']})", "dim")
     elif e.type == "status":
-        err.print(f"[cyan]» {d['phase']}[/cyan]")
+        status(f"» {d['phase']}", "cyan")
     elif e.type == "tool":
-        err.print(f"  tool {d['tool']} {d['status']}{' ' + str(d['code']) if d.get('code') else ''} {d.get('evidence_status') or ''} refs={d['evidence_count']} source={d.get('data_source')}")
+        status(f"  tool {d['tool']} {d['status']}{' ' + str(d['code']) if d.get('code') else ''} {d.get('evidence_status') or ''} refs={d['evidence_count']} source={d.get('data_source')}")
     elif e.type == "content":
-        err.print(f"[bold]» content {d.get('content_type')}[/bold]")
+        status(f"» content {d.get('content_type')}", "bold")
     elif e.type == "done":
-        err.print(f"[bold]» done {d['release_outcome']} status={d['status']} {d['duration_ms']} ms[/bold]")
+        status(f"» done {d['release_outcome']} status={d['status']} {d['duration_ms']} ms", "bold")
 
 
 def _print_content(content: dict[str, Any] | None) -> None:
     if content is None:
-        print("(no content: the run was cancelled)")
+        say("(no content: the run was cancelled)")
         return
     kind = content.get("content_type")
     if kind == "SAFE_FALLBACK":
         fb = content["fallback"]
-        print(f"SAFE_FALLBACK {fb['type']}: {fb['message']}")
+        say(f"SAFE_FALLBACK {fb['type']}: {fb['message']}")
         for x in fb["limitations"]:
-            print(f"  limitation: {x}")
+            say(f"  limitation: {x}")
         for x in fb["next_steps"]:
-            print(f"  next step: {x}")
+            say(f"  next step: {x}")
         return
     if kind == "SYSTEM_MESSAGE":
-        print(content["message"])
+        say(content["message"])
         return
     body = content.get("report") or content.get("answer") or {}
-    print(f"{kind}: {body.get('summary', '')}")
+    say(f"{kind}: {body.get('summary', '')}")
     rc = body.get("root_cause")
     if rc:
-        print(f"  root cause: {rc['component']} / {rc['mechanism']}  culprit: {rc.get('culprit', '')}")
+        say(f"  root cause: {rc['component']} / {rc['mechanism']}  culprit: {rc.get('culprit', '')}")
     for c in body.get("claims", []):
-        print(f"  [{c['kind']}] {c['text'][:200]}")
+        say(f"  [{c['kind']}] {c['text'][:200]}")
     for r in body.get("recovery", []):
-        print(f"  recovery: {r['action']} (risk {r['risk']}, approval {'required' if r['requires_approval'] else 'not required'}) — {r['verification'][:120]}")
-    print(f"  verified sources: {len(content.get('verified_sources', []))}")
+        say(f"  recovery: {r['action']} (risk {r['risk']}, approval {'required' if r['requires_approval'] else 'not required'}) — {r['verification'][:120]}")
+    say(f"  verified sources: {len(content.get('verified_sources', []))}")
 
 
 @app.command()
@@ -157,8 +234,18 @@ def diagnose(
         if payload is not None or offline_route(text, incident_scope=False) is Route.DIAGNOSIS:
             raise UsageError("diagnosis needs evidence: give --scenario ID|DIR (no live backend is configured)")
     h = _harness()
+    cancellation = RunCancellation()
     # Without --alert, a scenario's own alert is the context (as in `eval snapshot`).
-    out = h.diagnose(text, scenario=sc, alert=payload or (sc.alert if sc is not None else None), model=model, listeners=[_status_line])
+    with cancel_on_signals(cancellation) as received:
+        out = h.diagnose(
+            text, scenario=sc, alert=payload or (sc.alert if sc is not None else None), model=model, listeners=[_status_line], cancellation=cancellation
+        )
+    if out.status == "CANCELLED":
+        if as_json:
+            emit_json(out.public())
+        why = signal.Signals(received[0]).name if received else "cancelled"
+        print(f"Error: run {out.run_id} cancelled ({why}); it is recorded CANCELLED: rootproof trace {out.run_id}", file=sys.stderr)
+        raise typer.Exit(128 + received[0] if received else 1)
     if as_json:
         emit_json(out.public())
     else:
@@ -166,7 +253,7 @@ def diagnose(
         ai = out.aiops_rule_evaluation
         if ai is not None:
             failed = [f"{c['rule']} ({c['detail']})" for c in ai["checks"] if not c["passed"]]
-            print("  AIOps rules: " + ("passed" if ai["passed"] else "FAILED " + "; ".join(failed)))
+            say("  AIOps rules: " + ("passed" if ai["passed"] else "FAILED " + "; ".join(failed)))
         err.print(f"[dim]trace: rootproof trace {out.run_id}[/dim]")
 
 
@@ -182,9 +269,9 @@ def demo(as_json: JsonOpt = False) -> None:
         out = h.diagnose(q or sc.question, scenario=sc, listeners=[] if as_json else [_status_line])
         results.append({"scenario": sid, **out.public()})
         if not as_json:
-            print(f"\n# {sid}: {q or sc.question}")
+            say(f"\n# {sid}: {q or sc.question}")
             _print_content(out.content)
-            print(f"  status={out.status} release_outcome={out.release_outcome} run_id={out.run_id}")
+            say(f"  status={out.status} release_outcome={out.release_outcome} run_id={out.run_id}")
     if as_json:
         emit_json({"runs": results})
 
@@ -200,7 +287,7 @@ def tools_list(as_json: JsonOpt = False) -> None:
         emit_json(data)
         return
     for t in data:
-        print(f"{t['name']:<18} {t['description']}")
+        say(f"{t['name']:<18} {t['description']}")
 
 
 @tool_app.command("call")
@@ -249,11 +336,11 @@ def tool_call(
     if as_json:
         emit_json(doc)
         return
-    print(f"{inv.tool_name} {inv.status} {inv.evidence_status or inv.refusal_code} source={inv.data_source} ({inv.duration_ms} ms)")
+    say(f"{inv.tool_name} {inv.status} {inv.evidence_status or inv.refusal_code} source={inv.data_source} ({inv.duration_ms} ms)")
     for r in outcome.observation.get("refs", []):
-        print(f"  {r['raw_path']}: {r['text'][:160]}")
+        say(f"  {r['raw_path']}: {r['text'][:160]}")
     if outcome.observation.get("omitted"):
-        print(f"  … {outcome.observation['omitted']} omitted: {outcome.observation['hint']}")
+        say(f"  … {outcome.observation['omitted']} omitted: {outcome.observation['hint']}")
 
 
 @app.command()
@@ -261,39 +348,41 @@ def tool_call(
 def trace(run_id: Annotated[str, typer.Argument(help="A run id.")], as_json: JsonOpt = False) -> None:
     """Show what a run did, what it cost, where it stopped and what the user received."""
     h = _harness()
-    data = h.sink.trace(run_id)
+    data = h.reader().trace(run_id)
     if data is None:
         raise UsageError(f"unknown run id {run_id!r}")
     if as_json:
         emit_json(data)
         return
     run = data["run"]
-    print(f"run {run['run_id']} route={run['route']} model={run['model']} status={run['status']} release_outcome={run['release_outcome']} fallback={run['fallback_type']} {run['duration_ms']} ms tokens={run['tokens']}")
-    print(f"question: {run['question']}")
+    say(f"run {run['run_id']} route={run['route']} model={run['model']} status={run['status']} release_outcome={run['release_outcome']} fallback={run['fallback_type']} {run['duration_ms']} ms tokens={run['tokens']}")
+    say(f"question: {run['question']}")
+    if run.get("error"):
+        say(f"error: {run['error']}")
     for s in data["steps"]:
-        print(f"  step {s['step_index']}: tool_call={s['has_tool_call']} {s['duration_ms']} ms out: {s['model_output'][:120]}")
+        say(f"  step {s['step_index']}: tool_call={s['has_tool_call']} {s['duration_ms']} ms out: {s['model_output'][:120]}")
     for i in data["invocations"]:
-        print(f"  {i['invocation_id']} step {i['step_index']} {i['tool_name']} {i['status']} {i['refusal_code'] or i['evidence_status']} source={i['data_source']}")
+        say(f"  {i['invocation_id']} step {i['step_index']} {i['tool_name']} {i['status']} {i['refusal_code'] or i['evidence_status']} source={i['data_source']}")
     se = run.get("self_evaluation") or {}
     if run.get("alert"):
         p = run["alert"]["primary"]
-        print(f"  alert ({run['alert']['source']}): {p['name']} {p['severity']} service={p['service']} related={len(run['alert']['related'])}")
+        say(f"  alert ({run['alert']['source']}): {p['name']} {p['severity']} service={p['service']} related={len(run['alert']['related'])}")
     ev, sem = se.get("evidence_guard"), se.get("semantic_guard")
     if se.get("rule_set_version") and not ev:
-        print(f"  guard rule set: {se['rule_set_version']} (the guards did not run)")
+        say(f"  guard rule set: {se['rule_set_version']} (the guards did not run)")
     if ev:
-        print(f"  evidence guard: passed={ev['passed']} codes={ev['codes']} rules={len(ev['rules'])} rule_set_version={ev['rule_set_version']}")
+        say(f"  evidence guard: passed={ev['passed']} codes={ev['codes']} rules={len(ev['rules'])} rule_set_version={ev['rule_set_version']}")
     if sem:
         failed = sorted({v["code"] for v in sem["verdicts"] if v.get("code")})
-        print(f"  semantic guard: judge={sem['judge']} supported={sem['supported']} failed={failed} rule_set_version={sem['rule_set_version']}")
+        say(f"  semantic guard: judge={sem['judge']} supported={sem['supported']} failed={failed} rule_set_version={sem['rule_set_version']}")
     for t in se.get("tool_trace_summary") or []:
-        print(f"    {t['tool']} {t['status']} {t['evidence_status']} refs={t['evidence_count']} cited={len(t['cited_paths'])}")
+        say(f"    {t['tool']} {t['status']} {t['evidence_status']} refs={t['evidence_count']} cited={len(t['cited_paths'])}")
     ai = se.get("aiops_rule_evaluation")
     if ai:
-        print(f"  aiops rules ({ai['rule_set_version']}): passed={ai['passed']}")
+        say(f"  aiops rules ({ai['rule_set_version']}): passed={ai['passed']}")
         for c in ai["checks"]:
-            print(f"    {'ok  ' if c['passed'] else 'FAIL'} {c['rule']}: {c['detail']}")
-    print("  events: " + " → ".join(e["type"] + (f"({e['data'].get('phase')})" if e["type"] == "status" else "") for e in data["events"]))
+            say(f"    {'ok  ' if c['passed'] else 'FAIL'} {c['rule']}: {c['detail']}")
+    say("  events: " + " → ".join(e["type"] + (f"({e['data'].get('phase')})" if e["type"] == "status" else "") for e in data["events"]))
 
 
 @app.command()
@@ -307,7 +396,7 @@ def audit(
     from rootproof.audit import audit_run
 
     h = _harness()
-    store = h.sink
+    store = h.reader()
     ids = [run_id] if run_id else [r.run_id for r in store.list_runs(limit)]
     findings = []
     for rid in ids:
@@ -321,9 +410,9 @@ def audit(
         emit_json(doc)
     else:
         for f in findings:
-            print(f"{f.run_id} {f.release_outcome or '-':9} {'ok' if f.ok else 'PROBLEMS'} citations={f.checked_citations}")
+            say(f"{f.run_id} {f.release_outcome or '-':9} {'ok' if f.ok else 'PROBLEMS'} citations={f.checked_citations}")
             for p in f.problems:
-                print(f"  {p}")
+                say(f"  {p}")
     if not doc["ok"]:
         raise typer.Exit(1)
 
@@ -354,7 +443,7 @@ def scenarios_list(ref: Annotated[str | None, typer.Argument(help="A folder of s
         emit_json(rows)
         return
     for r in rows:
-        print(f"{r['id']:<28} {r['language']}  {r['title']}")
+        say(f"{r['id']:<28} {r['language']}  {r['title']}")
 
 
 @scenarios_app.command("validate")
@@ -369,7 +458,7 @@ def scenarios_validate(ref: Annotated[str | None, typer.Argument(help="A scenari
     for folder in list_scenarios(ref):
         problems.extend(validate_scenario(folder, taxonomy))
     for p in problems:
-        print(p)
+        say(p)
     if problems:
         raise ScenarioError(f"{len(problems)} problem(s) found")
     err.print("all scenarios valid")

@@ -16,6 +16,7 @@
     │   └── ModelOutputError   the provider answered with something unusable
     ├── BackendError           an evidence backend failed (a foreign error mapped at the seam)
     └── StoreError             the trace store failed
+        └── StoreOpenError     it could not be opened: bad URL, missing driver, unreachable, old schema (exit 2)
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "RunError",
     "ScenarioError",
     "StoreError",
+    "StoreOpenError",
     "UsageError",
 ]
 
@@ -90,7 +92,11 @@ class RunCancelled(RunError):
 
 
 class ModelError(RootproofError):
-    """The model could not produce a usable turn."""
+    """The model could not produce a usable turn; `status` is the provider's HTTP status, if it answered."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
 
 
 class ModelUnavailable(ModelError):
@@ -107,3 +113,8 @@ class BackendError(RootproofError):
 
 class StoreError(RootproofError):
     """The trace store failed."""
+
+
+class StoreOpenError(StoreError):
+    """The trace store could not be opened (bad URL, unknown dialect, missing driver, unreachable
+    server, schema behind): a configuration problem, reported naming the setting."""

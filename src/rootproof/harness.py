@@ -15,18 +15,23 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rootproof.agent.draft import DiagnosisDraft
-from rootproof.agent.loop import LoopResult, run_agent
+from rootproof.agent.loop import CancellableModel, LoopResult, run_agent
 from rootproof.agent.models.base import Model, ToolSpec
 from rootproof.agent.prompts import load_prompt, prompt_audit
 from rootproof.agent.router import Route, route
 from rootproof.alerts import AlertPayload, as_payload
 from rootproof.boundary.boundary import CircuitBreaker, ToolBoundary, ToolCallRequest, ToolOutcome
 from rootproof.boundary.redaction import redact, redact_value
-from rootproof.boundary.store import CanonicalStore, InMemoryCanonicalStore
-from rootproof.errors import ConfigError, UsageError
+from rootproof.boundary.store import (
+    CanonicalInvocation,
+    CanonicalStore,
+    InMemoryCanonicalStore,
+    InvocationStatus,
+)
+from rootproof.errors import ConfigError, RunCancelled, UsageError
 from rootproof.guard.aiops import evaluate_aiops
 from rootproof.guard.evidence import EvidenceGuardResult
-from rootproof.guard.fallback import FallbackType, SafeFallbackFactory
+from rootproof.guard.fallback import FallbackType, SafeFallbackFactory, call_limitation, model_limitation
 from rootproof.guard.release import ReleaseDecision, release_draft, tool_trace_summary
 from rootproof.guard.rules import rule_set
 from rootproof.guard.semantic import LlmJudge, OfflineJudge, SemanticGuard, SemanticResult
@@ -34,7 +39,7 @@ from rootproof.run.context import RunBudget, RunCancellation, RunContext, ToolSc
 from rootproof.run.events import EventStream, Listener
 from rootproof.run.lifecycle import RunState
 from rootproof.run.records import MemoryTraceSink, RunRecord, TraceSink
-from rootproof.settings import Settings
+from rootproof.settings import Settings, data_dir_variable
 from rootproof.taxonomy import Taxonomy
 from rootproof.tools.base import TOOLS, ToolBackend
 
@@ -42,7 +47,12 @@ if TYPE_CHECKING:
     from rootproof.kb import KnowledgeBase
     from rootproof.scenarios.types import Alert, Scenario
 
-__all__ = ["Harness", "RunOutcome"]
+__all__ = ["Harness", "RunOutcome", "thin_evidence"]
+
+_KEYED_PROVIDERS = frozenset({"openai", "deepseek"})
+"""Providers whose servers always need an API key (local servers need none)."""
+_BUDGET_CODES = frozenset({"BUDGET_EXHAUSTED", "SCOPE_SATURATED"})
+"""Refusals that mean a budget (the run's or a tool's) ran out."""
 
 _CANONICAL = InMemoryCanonicalStore()
 _BREAKER = CircuitBreaker()
@@ -103,10 +113,12 @@ class Harness:
         sink: TraceSink | None = None,
         canonical: CanonicalStore | None = None,
         knowledge: KnowledgeBase | None = None,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         self.settings = settings
         self._sink = sink
         self.canonical = canonical or _CANONICAL
+        self.breaker = breaker or _BREAKER
         self._kb = knowledge
         self._kb_lock = threading.Lock()
         self._taxonomy: Taxonomy | None = None
@@ -118,9 +130,29 @@ class Harness:
         if self._sink is None:
             from rootproof.store import SqlTraceStore
 
-            self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+            self._make_data_dir()
             self._sink = SqlTraceStore(self.settings.resolved_database_url())
         return self._sink
+
+    def reader(self) -> TraceSink:
+        """The trace store for commands that only read: opened read-only when its SQLite file or
+        that file's folder is not writable (a read-only data folder or mount); else `sink`."""
+        if self._sink is None:
+            from rootproof.store.sql import needs_read_only
+
+            url = self.settings.resolved_database_url()
+            if needs_read_only(url):
+                from rootproof.store import SqlTraceStore
+
+                self._sink = SqlTraceStore(url, read_only=True)
+        return self.sink
+
+    def _make_data_dir(self) -> None:
+        folder = self.settings.data_dir
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"{data_dir_variable()}: cannot create the data folder {folder}: {exc.strerror or exc}") from exc
 
     @property
     def knowledge(self) -> KnowledgeBase:
@@ -182,7 +214,15 @@ class Harness:
             from rootproof.agent.models.openai_compat import OpenAICompatModel
 
             s = self.settings
+            if not s.openai_base_url:
+                # Never a silent default: a public API must be chosen, not fallen into.
+                raise ConfigError(
+                    "ROOTPROOF_OPENAI_BASE_URL: not set; the openai model needs its server's URL "
+                    "(e.g. https://api.openai.com/v1, https://api.deepseek.com/v1 or http://127.0.0.1:8080/v1)"
+                )
             key = s.openai_api_key.get_secret_value() if s.openai_api_key else None
+            if not key and s.openai_provider in _KEYED_PROVIDERS:
+                raise ConfigError(f"ROOTPROOF_OPENAI_API_KEY: not set; the {s.openai_provider} provider needs an API key")
             return OpenAICompatModel(
                 base_url=s.openai_base_url, api_key=key, model=s.openai_model, provider=s.openai_provider, timeout_s=s.model_timeout_s, max_retries=s.model_max_retries
             )
@@ -217,7 +257,7 @@ class Harness:
         sink.save_run(record)
         ctx.advance(RunState.RUNNING)
         ctx.progress.begin_step()
-        boundary = ToolBoundary(ctx, backends=self.backends(scenario), store=self.canonical, sink=sink, breaker=_BREAKER)
+        boundary = ToolBoundary(ctx, backends=self.backends(scenario), store=self.canonical, sink=sink, breaker=self.breaker)
         try:
             outcome = boundary.call(ToolCallRequest(name=name, arguments=arguments, call_id="cli", step_index=0))
         except Exception as exc:
@@ -286,6 +326,9 @@ class Harness:
         out = RunOutcome(run_id=ctx.run_id, session_id=ctx.session_id, status="", release_outcome="", content=None, route="", alert=payload)
         try:
             self._run(ctx, record, events, out, question, scenario, payload, agent_model)
+        except RunCancelled:
+            if not ctx.lifecycle.terminal:
+                self._cancelled(ctx, record, events, out)
         except Exception as exc:  # a bug or a store failure still ends in a fallback
             record.error = redact(f"{type(exc).__name__}: {str(exc)[:500]}")
             self._fallback(ctx, record, events, out, FallbackType.INTERNAL_ERROR, status="FAILED")
@@ -307,7 +350,10 @@ class Harness:
         events.emit("status", {"phase": "ROUTING"})
         incident = scenario is not None or alert is not None
         message = question if alert is None else f"{question}\n{alert.router_text()}"
-        chosen = route(ctx, message, incident_scope=incident, model=self.router_model(model), alert=alert is not None)
+        router = self.router_model(model)
+        chosen = route(
+            ctx, message, incident_scope=incident, model=CancellableModel(router, ctx.cancellation) if router else None, alert=alert is not None
+        )
         record.route = out.route = str(chosen)
         if chosen is Route.SYSTEM_CHAT:
             ctx.advance(RunState.RELEASING)
@@ -324,7 +370,7 @@ class Harness:
             raise UsageError("DIAGNOSIS needs a scenario (--scenario) or a live backend")
         ctx.advance(RunState.RUNNING)
         events.emit("status", {"phase": "KNOWLEDGE_LOOKUP" if knowledge else "DIAGNOSIS_RUNNING"})
-        boundary = ToolBoundary(ctx, backends=self.backends(scenario), store=self.canonical, sink=self.sink, events=events, breaker=_BREAKER)
+        boundary = ToolBoundary(ctx, backends=self.backends(scenario), store=self.canonical, sink=self.sink, events=events, breaker=self.breaker)
         prompts = ["router", "knowledge_answer", "semantic_judge"] if knowledge else ["router", "diagnosis_agent", "semantic_judge"] + (["aiops"] if alert else [])
         record.prompt_audit = prompt_audit(prompts)
         tools = [ToolSpec(name=n, description=TOOLS[n].description, parameters=TOOLS[n].json_schema()) for n in TOOLS if n in ctx.scope.allowed_tools]
@@ -347,10 +393,7 @@ class Harness:
         self, ctx: RunContext, record: RunRecord, events: EventStream, out: RunOutcome, loop: LoopResult, question: str, knowledge: bool, agent_model: Model
     ) -> None:
         if loop.end == "CANCELLED" or ctx.cancellation.cancelled:
-            ctx.advance(RunState.CANCELLED)
-            self._finish(record, ctx, status="CANCELLED", outcome="NONE", content=None, fallback=None)
-            out.status, out.release_outcome = "CANCELLED", "NONE"
-            events.emit("done", {"release_outcome": "NONE", "status": "CANCELLED", "duration_ms": ctx.elapsed_ms(), "tokens": ctx.usage.tokens})
+            self._cancelled(ctx, record, events, out)
             return
         ends = {
             "NO_DRAFT": (FallbackType.NO_DRAFT, "SUCCESS"),
@@ -360,7 +403,13 @@ class Harness:
         }
         if loop.end in ends or loop.draft is None:
             kind, status = ends.get(loop.end, (FallbackType.NO_DRAFT, "SUCCESS"))
-            self._fallback(ctx, record, events, out, kind, status=status)
+            extra: list[str] = []
+            if loop.detail and loop.end in ("MODEL_UNAVAILABLE", "DEADLINE_EXCEEDED"):
+                record.error = loop.detail[:2000]
+                extra.append(model_limitation(loop.detail, ctx.language, status=loop.model_status))
+            if kind in (FallbackType.BUDGET_EXHAUSTED, FallbackType.DEADLINE_EXCEEDED):
+                extra += [call_limitation(i, ctx.language) for i in _failed_calls(self.canonical.for_run(ctx.run_id))]
+            self._fallback(ctx, record, events, out, kind, status=status, extra=extra)
             return
         ctx.advance(RunState.VALIDATING)
         events.emit("status", {"phase": "SAFETY_VALIDATING"})
@@ -384,20 +433,42 @@ class Harness:
             "tool_trace_summary": tool_trace_summary(self.canonical, ctx.run_id, loop.draft),
             "aiops_rule_evaluation": None,
         }
+        if ctx.cancellation.cancelled:
+            self._cancelled(ctx, record, events, out)
+            return
         if ctx.time_left() <= 0:
             self._fallback(ctx, record, events, out, FallbackType.DEADLINE_EXCEEDED, status="TIMED_OUT")
             return
+        if decision.release_outcome == "PUBLISHED" and not knowledge and loop.draft.root_cause is None:
+            # "No fault found" is an answer only if the run could look: when most evidence calls
+            # were refused, timed out or failed, say so instead (the draft itself is never edited).
+            thin = thin_evidence(self.canonical.for_run(ctx.run_id))
+            if thin is not None:
+                kind, failed = thin
+                self._fallback(ctx, record, events, out, kind, status="SUCCESS", extra=[call_limitation(i, ctx.language) for i in failed])
+                return
         if decision.release_outcome == "PUBLISHED" and loop.draft.root_cause is not None:
             record.conclusion = loop.draft.root_cause.model_dump(mode="json", exclude={"claim_ids"})
         ctx.advance(RunState.RELEASING)
         self._emit_content(ctx, record, events, out, decision.content, decision.release_outcome, decision.fallback_type)
 
-    def _fallback(self, ctx: RunContext, record: RunRecord, events: EventStream, out: RunOutcome, kind: FallbackType, *, status: str) -> None:
+    def _cancelled(self, ctx: RunContext, record: RunRecord, events: EventStream, out: RunOutcome) -> None:
+        """CANCELLED / release_outcome NONE, persisted; `done` is the last event, no content."""
+        ctx.advance(RunState.CANCELLED)
+        record.error = f"cancelled: {ctx.cancellation.reason}" if ctx.cancellation.reason else None
+        self._finish(record, ctx, status="CANCELLED", outcome="NONE", content=None, fallback=None)
+        out.status, out.release_outcome = "CANCELLED", "NONE"
+        out.duration_ms, out.tokens = ctx.elapsed_ms(), ctx.usage.tokens
+        events.emit("done", {"release_outcome": "NONE", "status": "CANCELLED", "duration_ms": out.duration_ms, "tokens": out.tokens})
+
+    def _fallback(
+        self, ctx: RunContext, record: RunRecord, events: EventStream, out: RunOutcome, kind: FallbackType, *, status: str, extra: list[str] | None = None
+    ) -> None:
         if ctx.lifecycle.terminal:
             return
         if ctx.lifecycle.state is not RunState.RELEASING:
             ctx.advance(RunState.RELEASING)
-        content = SafeFallbackFactory.build(kind, ctx.language)
+        content = SafeFallbackFactory.build(kind, ctx.language, extra_limitations=extra)
         terminal = {"SUCCESS": RunState.COMPLETED, "TIMED_OUT": RunState.TIMED_OUT, "FAILED": RunState.FAILED}[status]
         self._emit_content(ctx, record, events, out, content, "FALLBACK", str(kind), terminal=terminal)
 
@@ -450,6 +521,38 @@ class Harness:
         self.sink.save_run(record)
 
 
+def _failed_calls(invocations: list[CanonicalInvocation]) -> list[CanonicalInvocation]:
+    """Evidence calls (not knowledge lookups) that were refused, timed out or failed; a duplicate's refusal is not a failure."""
+    return [
+        i
+        for i in invocations
+        if i.status is not InvocationStatus.READY and i.refusal_code != "DUPLICATE_SCOPE" and _is_evidence_call(i)
+    ]
+
+
+def _is_evidence_call(inv: CanonicalInvocation) -> bool:
+    tool = TOOLS.get(inv.tool_name)
+    return tool is None or tool.backend != "knowledge"
+
+
+def thin_evidence(invocations: list[CanonicalInvocation]) -> tuple[FallbackType, list[CanonicalInvocation]] | None:
+    """The fallback a draft without a root cause gets when its run could barely look, else None.
+
+    Counted over evidence calls (every tool but knowledge lookups; a refused duplicate is not
+    counted, its query already ran): when at least half of them were refused, timed out or
+    failed, "no fault found" would be a claim about evidence nobody saw. The fallback is
+    BUDGET_EXHAUSTED when budget refusals (run or per-tool) are at least half of the failures,
+    else INSUFFICIENT_EVIDENCE; the failed calls are returned to be named in its limitations.
+    """
+    counted = [i for i in invocations if _is_evidence_call(i) and i.refusal_code != "DUPLICATE_SCOPE"]
+    failed = _failed_calls(invocations)
+    if not failed or len(failed) * 2 < len(counted):
+        return None
+    budget = sum(1 for i in failed if i.refusal_code in _BUDGET_CODES)
+    kind = FallbackType.BUDGET_EXHAUSTED if budget * 2 >= len(failed) else FallbackType.INSUFFICIENT_EVIDENCE
+    return kind, failed
+
+
 _EMPTY_EVALUATION: dict[str, Any] = {"rule_set_version": None, "evidence_guard": None, "semantic_guard": None, "tool_trace_summary": None, "aiops_rule_evaluation": None}
 
 
@@ -464,11 +567,13 @@ def _judge_ask(ctx: RunContext, model: Model) -> Any:
     from rootproof.agent.models.base import ModelRequest, SystemMessage, UserMessage
     from rootproof.errors import BudgetExhausted
 
+    judge = CancellableModel(model, ctx.cancellation)
+
     def ask(system: str, user: str) -> str:
         if ctx.usage.judge_calls >= ctx.budget.judge_calls:
             raise BudgetExhausted(f"judge_calls limit of {ctx.budget.judge_calls} reached")
         ctx.usage.judge_calls += 1
-        turn = model.step(ModelRequest(messages=[SystemMessage(content=system), UserMessage(content=user)], tools=[], draft_schema={}, mode="gather", time_left=ctx.time_left))
+        turn = judge.step(ModelRequest(messages=[SystemMessage(content=system), UserMessage(content=user)], tools=[], draft_schema={}, mode="gather", time_left=ctx.time_left))
         ctx.usage.add_tokens(turn.usage.total)
         return turn.text or ""
 

@@ -17,7 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rootproof.errors import ConfigError
 
-__all__ = ["Settings", "default_data_dir", "load_settings"]
+__all__ = ["Settings", "data_dir_variable", "default_data_dir", "load_settings"]
 
 ENV_PREFIX = "ROOTPROOF_"
 
@@ -26,6 +26,11 @@ def default_data_dir() -> Path:
     """The user data folder (`~/.local/share/rootproof` on Linux) unless `ROOTPROOF_HOME` is set."""
     home = os.environ.get("ROOTPROOF_HOME")
     return Path(home) if home else Path(platformdirs.user_data_dir("rootproof", appauthor=False))
+
+
+def data_dir_variable() -> str:
+    """The variable that names the data folder, for messages: `ROOTPROOF_DATA_DIR` if set, else `ROOTPROOF_HOME`."""
+    return ENV_PREFIX + ("DATA_DIR" if os.environ.get(ENV_PREFIX + "DATA_DIR") else "HOME")
 
 
 class Settings(BaseSettings):
@@ -37,10 +42,12 @@ class Settings(BaseSettings):
     """SQLAlchemy URL of the trace store. Default: a SQLite file `rootproof.db` in the data folder."""
     model: Literal["offline", "openai", "scripted"] = "offline"
     """Which model drives the agent: the offline planner (default) or an OpenAI-compatible server."""
-    openai_base_url: str = "https://api.openai.com/v1"
-    """Base URL of the OpenAI-compatible server (OpenAI, DeepSeek, vLLM, Ollama, llama.cpp)."""
+    openai_base_url: str | None = None
+    """Base URL of the OpenAI-compatible server (OpenAI, DeepSeek, vLLM, Ollama, llama.cpp). No
+    default: `model = openai` without it is a configuration error, never a silent public API."""
     openai_api_key: SecretStr | None = None
-    """API key for the OpenAI-compatible server; never stored or logged."""
+    """API key for the OpenAI-compatible server; never stored or logged. Required for the
+    `openai` and `deepseek` providers, optional for local servers."""
     openai_model: str = "gpt-4o-mini"
     """Model name sent to the OpenAI-compatible server."""
     openai_provider: Literal["openai", "deepseek", "vllm", "ollama", "llamacpp"] = "openai"
@@ -100,6 +107,12 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
             raw = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError as exc:
             raise ConfigError(f"{path}: settings file not found (ROOTPROOF_CONFIG)") from exc
+        except IsADirectoryError as exc:
+            raise ConfigError(f"ROOTPROOF_CONFIG: {path} is a folder; expected a TOML settings file") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"ROOTPROOF_CONFIG: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        except OSError as exc:
+            raise ConfigError(f"ROOTPROOF_CONFIG: cannot read {path}: {exc.strerror or exc}") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
         file_values = dict(raw.get("rootproof", raw))
@@ -111,9 +124,28 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     if unknown:
         raise ConfigError(f"{ENV_PREFIX}{unknown[0].upper()}: unknown setting")
     try:
-        return Settings(**init)
+        settings = Settings(**init)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else "?"
-        source = f"{path} key {field}" if field in init and field not in overrides else f"{ENV_PREFIX}{field.upper()}"
+        source = _source(field, path, init, overrides)
         raise ConfigError(f"{source}: {err['msg']} (got {err.get('input')!r})") from exc
+    _check_folders(settings, path, init, overrides)
+    return settings
+
+
+def _source(field: str, path: Path | None, init: dict[str, Any], overrides: dict[str, Any]) -> str:
+    """Where a field's value came from, as the user would name it."""
+    if field in init and field not in overrides:
+        return f"{path} key {field}"
+    if field == "data_dir":
+        return data_dir_variable()
+    return f"{ENV_PREFIX}{field.upper()}"
+
+
+def _check_folders(settings: Settings, path: Path | None, init: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """A folder setting that names something else (a file) is a configuration error, named."""
+    for field in ("data_dir", "cards_dir"):
+        folder = getattr(settings, field)
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise ConfigError(f"{_source(field, path, init, overrides)}: {folder} is not a folder")

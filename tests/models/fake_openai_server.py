@@ -2,7 +2,8 @@
 
 `POST /v1/chat/completions` records the JSON body, headers and arrival time, then replies with
 the next scripted `Reply` (a completion, or a status with an error body, optional headers such as
-`Retry-After`, and an optional delay before answering). An exhausted script answers 500 so the
+`Retry-After`, and an optional delay before answering). An exhausted script answers
+`otherwise` when set (a server that always rejects the key, or is always slow), else 500 so the
 test sees it.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["FakeOpenAI", "Reply", "completion", "error", "fake_openai", "serve"]
+__all__ = ["FakeOpenAI", "Reply", "completion", "error", "fake_openai", "serve", "unauthorized"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +87,23 @@ def error(
     return Reply(status=status, body=body, headers=headers, delay_s=delay_s)
 
 
+def unauthorized(key_shown: str = "sk-proj-abcdefghijklmnopqrstuvwx") -> Reply:
+    """OpenAI's answer to a wrong key: 401 `invalid_api_key`, echoing (part of) the key as it does."""
+    message = (
+        f"Incorrect API key provided: {key_shown}. You can find your API key at "
+        "https://platform.openai.com/account/api-keys."
+    )
+    body = {
+        "error": {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_api_key",
+        }
+    }
+    return Reply(status=401, body=body)
+
+
 class FakeOpenAI:
     """The running server: `base_url`, what it received, and the script it answers from."""
 
@@ -99,6 +117,8 @@ class FakeOpenAI:
         self.times: list[float] = []
         """`time.monotonic()` at each request's arrival."""
         self._script: list[Reply | Callable[[dict[str, Any]], Reply]] = []
+        self.otherwise: Reply | None = None
+        """The answer once the script is exhausted (None: a 500 naming the exhausted script)."""
         self._lock = threading.Lock()
 
     def script(self, replies: list[Reply | Callable[[dict[str, Any]], Reply]]) -> None:
@@ -113,7 +133,7 @@ class FakeOpenAI:
             self.times.append(time.monotonic())
             nxt = self._script.pop(0) if self._script else None
         if nxt is None:
-            return error(500, "fake server: the test script is exhausted")
+            return self.otherwise or error(500, "fake server: the test script is exhausted")
         # A callable reply is built from the request (a turn that depends on earlier results).
         return nxt(body) if callable(nxt) else nxt
 

@@ -1,12 +1,17 @@
 """The ReAct agent loop: model step → tool calls through the ToolBoundary → observations → next step.
 
 Ends at a valid draft, a budget, the deadline, cancellation or a provider failure. Max steps end
-gracefully: a final no-tools step asks for the draft.
+gracefully: a final no-tools step asks for the draft. A model step runs in a helper thread so that
+cancellation (Ctrl-C, SIGTERM, a client gone) ends the run at once, even while a slow model
+server has not answered; the abandoned answer is ignored. A provider failure is recorded as that
+step's `agent_step` row (its message, secrets removed) and ends the run MODEL_UNAVAILABLE, or
+DEADLINE_EXCEEDED when the run's deadline is what stopped the attempts.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -24,15 +29,18 @@ from rootproof.agent.models.base import (
     UserMessage,
 )
 from rootproof.boundary.boundary import ToolBoundary, ToolCallRequest
-from rootproof.errors import BudgetExhausted, ModelError, ModelUnavailable
-from rootproof.run.context import RunContext
+from rootproof.boundary.safety import redact
+from rootproof.errors import BudgetExhausted, ModelError, ModelUnavailable, RunCancelled
+from rootproof.run.context import RunCancellation, RunContext
 from rootproof.run.records import ReasoningAuditRecord, StepRecord, TraceSink
 from rootproof.taxonomy import Taxonomy
 
-__all__ = ["LoopEnd", "LoopResult", "run_agent"]
+__all__ = ["CancellableModel", "LoopEnd", "LoopResult", "run_agent"]
 
 LoopEnd = Literal["DRAFT", "NO_DRAFT", "BUDGET_EXHAUSTED", "DEADLINE_EXCEEDED", "MODEL_UNAVAILABLE", "CANCELLED"]
 SUMMARY_CAP = 600
+CANCEL_POLL_S = 0.05
+"""How often a waiting model step looks at the run's cancellation, seconds."""
 
 
 @dataclass(kw_only=True)
@@ -44,6 +52,9 @@ class LoopResult:
     raw_draft: dict[str, Any] | str | None = None
     steps: int = 0
     detail: str = ""
+    """Why the loop ended, for the trace (a provider's error message, secrets removed)."""
+    model_status: int | None = None
+    """The model server's HTTP status when a provider failure ended the loop."""
     messages: list[Message] = field(default_factory=list)
 
 
@@ -70,6 +81,54 @@ def _budget_spent(ctx: RunContext) -> bool:
     return u.tool_calls >= b.tool_calls or u.tokens >= b.tokens or u.model_calls >= b.model_calls
 
 
+class CancellableModel:
+    """Wraps a `Model`: each step runs in a helper thread and ends at once, raising `RunCancelled`,
+    when the run is cancelled before the model answered (the late answer is dropped)."""
+
+    def __init__(self, model: Model, cancellation: RunCancellation) -> None:
+        self.inner = model
+        self.name = model.name
+        self._cancellation = cancellation
+
+    def step(self, request: ModelRequest) -> ModelTurn:
+        """The inner model's turn, or `RunCancelled` as soon as the run is cancelled."""
+        if self._cancellation.cancelled:
+            raise RunCancelled(f"cancelled before the model step ({self._cancellation.reason})")
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                box["turn"] = self.inner.step(request)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="model-step", daemon=True).start()
+        while not done.wait(CANCEL_POLL_S):
+            if self._cancellation.cancelled:
+                raise RunCancelled(f"cancelled while the model was answering ({self._cancellation.reason})")
+        if "error" in box:
+            raise box["error"]
+        turn: ModelTurn = box["turn"]
+        return turn
+
+
+def _model_failure_step(ctx: RunContext, sink: TraceSink | None, step: int, messages: list[Message], detail: str, duration: int) -> None:
+    if sink is not None:
+        sink.add_step(
+            StepRecord(
+                run_id=ctx.run_id,
+                session_id=ctx.session_id,
+                step_index=step,
+                model_input=_summary(messages),
+                model_output=f"model error: {detail}"[: SUMMARY_CAP * 2],
+                duration_ms=duration,
+            )
+        )
+
+
 def run_agent(
     ctx: RunContext,
     model: Model,
@@ -86,6 +145,7 @@ def run_agent(
     `taxonomy` (the built-in one plus the run's cards) gives the draft schema's enums and checks the draft.
     """
     messages: list[Message] = [SystemMessage(content=system_prompt), UserMessage(content=user_prompt)]
+    steps = model if isinstance(model, CancellableModel) else CancellableModel(model, ctx.cancellation)
     schema = draft_json_schema(taxonomy)
     repaired = False
     force_draft = False
@@ -113,11 +173,19 @@ def run_agent(
         )
         t0 = time.monotonic()
         try:
-            turn = model.step(request)
+            stepped: ModelTurn | None = steps.step(request)
+        except RunCancelled:
+            stepped = None
         except ModelUnavailable as exc:
-            return LoopResult(end="MODEL_UNAVAILABLE", steps=step + 1, detail=str(exc), messages=messages)
+            detail = redact(str(exc))
+            _model_failure_step(ctx, sink, step, messages, detail, int((time.monotonic() - t0) * 1000))
+            end: LoopEnd = "DEADLINE_EXCEEDED" if ctx.time_left() <= 0 else "MODEL_UNAVAILABLE"
+            return LoopResult(end=end, steps=step + 1, detail=detail, model_status=exc.status, messages=messages)
         except ModelError as exc:
-            turn = ModelTurn(draft=f"<unusable model output: {exc}>")
+            stepped = ModelTurn(draft=f"<unusable model output: {exc}>")
+        if stepped is None:
+            return LoopResult(end="CANCELLED", steps=step + 1, detail="cancelled while the model was answering", messages=messages)
+        turn = stepped
         duration = int((time.monotonic() - t0) * 1000)
         ctx.usage.add_tokens(turn.usage.total)
         if sink is not None:
@@ -168,8 +236,8 @@ def run_agent(
             if _budget_spent(ctx) and not force_draft:
                 return LoopResult(end="BUDGET_EXHAUSTED", steps=step + 1, detail="no draft after the final no-tools step", messages=messages)
             if repaired or ctx.budget.model_calls - ctx.usage.model_calls <= 0:
-                end: LoopEnd = "BUDGET_EXHAUSTED" if _budget_spent(ctx) else "NO_DRAFT"
-                return LoopResult(end=end, steps=step + 1, detail="no draft when one was required", messages=messages)
+                spent: LoopEnd = "BUDGET_EXHAUSTED" if _budget_spent(ctx) else "NO_DRAFT"
+                return LoopResult(end=spent, steps=step + 1, detail="no draft when one was required", messages=messages)
             repaired = True
             messages.append(AssistantMessage(content=turn.text or "", reasoning=turn.reasoning))
             messages.append(UserMessage(content="Tools are closed. Submit the DiagnosisDraft now with submit_draft, citing only evidence you observed."))

@@ -436,7 +436,11 @@ def load_cards(extra_dirs: Sequence[Path] = (), *, builtin: bool = True) -> dict
     cards: dict[str, Card] = {}
     for folder in folders:
         for p in _card_files(folder):
-            card = parse_card(p.read_text(encoding="utf-8"), p)
+            try:
+                text = p.read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:
+                raise CardError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+            card = parse_card(text, p)
             if card.id in cards:
                 raise CardError(
                     f"{p}: field id: expected a unique id ({card.id!r} is also {cards[card.id].path})"

@@ -13,11 +13,13 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape as markup_escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rootproof.errors import ConfigError, UsageError
 from rootproof.kb.index import KnowledgeBase
 from rootproof.settings import load_settings
+from rootproof.terminal import json_text_safe, terminal_safe
 
 __all__ = ["kb_app", "load_kb", "run_cli"]
 
@@ -42,6 +44,11 @@ def run_cli(fn: Callable[[], T]) -> T:
     except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
         print(f"Error: internal failure: {type(exc).__name__}: {exc}", file=sys.stderr)
         raise typer.Exit(1) from None
+
+
+def _shown(text: str) -> str:
+    """Card text for the terminal: control characters escaped, rich markup inert."""
+    return markup_escape(terminal_safe(text))
 
 
 @contextmanager
@@ -101,15 +108,15 @@ def search_command(
                 "evidence_status": "EVIDENCE_FOUND" if resp.hits else "NO_EVIDENCE",
                 "search_ms": round(ms, 2),
             }
-            print(json.dumps(doc, ensure_ascii=False, indent=2))
+            print(json_text_safe(json.dumps(doc, ensure_ascii=False, indent=2)))
             return
         out = Console()
         if not resp.hits:
-            out.print(f"NO_EVIDENCE: no card above the relevance floor for {query!r}")
+            out.print(f"NO_EVIDENCE: no card above the relevance floor for {_shown(repr(query))}")
         for i, h in enumerate(resp.hits, start=1):
             ranks = " ".join(f"{ch}={v['rank']}" for ch, v in h.channels.items())
-            out.print(f"{i}. [bold]{h.card_id}[/bold] {h.grade} ({h.chunk_id}; {ranks})", highlight=False)
-            out.print(f"   {h.title}", highlight=False)
+            out.print(f"{i}. [bold]{_shown(h.card_id)}[/bold] {h.grade} ({_shown(h.chunk_id)}; {ranks})", highlight=False)
+            out.print(f"   {_shown(h.title)}", highlight=False)
         _err.print(f"layer {resp.layer}, {resp.l1_match_count} above floor, {ms:.1f} ms")
 
     run_cli(body)

@@ -3,20 +3,30 @@
 One engine per store, a session (and transaction) per call, so one store is shared by threads.
 SQLite (the default; WAL and a 5 s busy timeout), PostgreSQL (`postgresql+psycopg://`) and
 MariaDB/MySQL (`mysql+pymysql://`) are supported. Every SQLAlchemy or driver error becomes a
-`StoreError` here, with a message that names the store (password hidden) and never the
-statement's parameters (they can hold reasoning text).
+`StoreError` here (a `StoreOpenError` when the store cannot be opened at all: bad URL, unknown
+dialect, missing driver, unreachable server, schema behind), with a message that names the store
+(password hidden) and never the statement's parameters (they can hold reasoning text).
+
+A store opened `read_only=True` never writes: no migration (the schema must be current), no
+orphan sweep, and a SQLite file is opened in SQLite's read-only mode. A writable open sweeps
+orphans best-effort: a store that refuses the write (read-only file, read-only replica) still
+opens, and the sweep happens at the next writable open.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
+import sqlite3
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import fields
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import sqlalchemy as sa
 from alembic import command
@@ -30,7 +40,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from rootproof.errors import StoreError
+from rootproof.errors import StoreError, StoreOpenError
 from rootproof.run.records import (
     EvalCaseRecord,
     EvalRunRecord,
@@ -54,7 +64,9 @@ from rootproof.store.models import (
     ToolInvocation,
 )
 
-__all__ = ["SqlTraceStore", "upgrade"]
+__all__ = ["SqlTraceStore", "needs_read_only", "upgrade"]
+
+log = logging.getLogger(__name__)
 
 SCRIPT_LOCATION = "rootproof.store:migrations"
 """Where Alembic finds the migrations: package data of `rootproof.store`."""
@@ -64,6 +76,9 @@ SQLITE_BUSY_TIMEOUT_MS = 5000
 
 ORPHAN_ERROR = "orphaned"
 """The `error` of a run the orphan sweep marked FAILED."""
+
+CONNECT_TIMEOUT_S = 10
+"""Seconds to wait for a PostgreSQL or MariaDB server to accept a connection (unless the URL sets one)."""
 
 _SUPPORTED = "sqlite:///PATH, postgresql+psycopg://USER@HOST/DB or mysql+pymysql://USER@HOST/DB"
 _INSTALL_HINT = {
@@ -98,7 +113,7 @@ def _parse_url(url: str) -> URL:
         return make_url(url)
     except sa.exc.ArgumentError:
         scheme = url.split("://", 1)[0] if "://" in url else "(none)"
-        raise StoreError(
+        raise StoreOpenError(
             f"trace store URL is not a SQLAlchemy URL (scheme {scheme!r}); expected {_SUPPORTED}"
         ) from None
 
@@ -108,10 +123,45 @@ def _sqlite_memory(url: URL) -> bool:
     return db in ("", ":memory:") or url.query.get("mode") == "memory"
 
 
+def _read_only_url(url: URL) -> URL:
+    """The same SQLite file opened in SQLite's read-only mode; other URLs unchanged.
+
+    In a folder this process cannot write, the file is also opened `immutable`: SQLite could not
+    create the `-shm` file a WAL reader needs, and nobody can change the file there anyway.
+    """
+    if url.get_backend_name() != "sqlite" or _sqlite_memory(url):
+        return url
+    db = url.database or ""
+    query = {"mode": "ro", "uri": "true"}
+    if not db.startswith("file:"):
+        path = Path(db).expanduser().resolve()
+        if not os.access(path.parent, os.W_OK):
+            query["immutable"] = "1"
+        db = "file:" + quote(str(path))
+    return url.set(database=db).update_query_dict(query)
+
+
+def needs_read_only(url: str) -> bool:
+    """True when `url` names an existing SQLite file this process may not write (or not beside it)."""
+    try:
+        parsed = make_url(url)
+    except sa.exc.ArgumentError:
+        return False  # opening reports the bad URL
+    if (
+        parsed.get_backend_name() != "sqlite"
+        or _sqlite_memory(parsed)
+        or (parsed.database or "").startswith("file:")
+    ):
+        return False
+    path = Path(parsed.database or "").expanduser()
+    return path.is_file() and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK))
+
+
 def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     try:
-        cursor.execute("PRAGMA journal_mode=WAL")
+        with contextlib.suppress(sqlite3.OperationalError):  # a read-only file keeps its journal mode
+            cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
     finally:
@@ -129,26 +179,29 @@ def _create_engine(url: URL) -> Engine:
             try:
                 Path(url.database or "").expanduser().parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise StoreError(
+                raise StoreOpenError(
                     f"cannot create the folder of the trace store {url.database}: {exc}"
                 ) from exc
     else:
         kwargs["pool_pre_ping"] = True
+        if "connect_timeout" not in url.query:
+            # A dead host must fail in seconds, not hang the command.
+            kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
         if backend in ("mysql", "mariadb") and "charset" not in url.query:
             url = url.update_query_dict({"charset": "utf8mb4"})
     try:
         engine = sa.create_engine(url, **kwargs)
     except sa.exc.NoSuchModuleError:
-        raise StoreError(
+        raise StoreOpenError(
             f"unknown database dialect {url.drivername!r} in trace store URL {_safe_url(url)}; expected {_SUPPORTED}"
         ) from None
     except ImportError as exc:
         hint = _INSTALL_HINT.get(backend, "install the driver")
-        raise StoreError(
+        raise StoreOpenError(
             f"the driver for {url.drivername!r} is not installed ({exc}); install it: {hint}"
         ) from exc
-    except (sa.exc.ArgumentError, TypeError) as exc:
-        raise StoreError(f"trace store URL {_safe_url(url)} is invalid: {exc}") from exc
+    except (sa.exc.ArgumentError, TypeError, ValueError) as exc:
+        raise StoreOpenError(f"trace store URL {_safe_url(url)} is invalid: {exc}") from exc
     if backend == "sqlite":
         sa.event.listen(engine, "connect", _on_sqlite_connect)
     return engine
@@ -175,7 +228,9 @@ def _check_connection(engine: Engine) -> None:
         with engine.connect():
             pass
     except sa.exc.SQLAlchemyError as exc:
-        raise StoreError(f"cannot open the trace store at {_safe_url(engine.url)}: {_reason(exc)}") from exc
+        raise StoreOpenError(
+            f"cannot open the trace store at {_safe_url(engine.url)}: {_reason(exc)}"
+        ) from exc
 
 
 def _upgrade_engine(engine: Engine) -> None:
@@ -190,7 +245,7 @@ def _upgrade_engine(engine: Engine) -> None:
         with contextlib.suppress(sa.exc.SQLAlchemyError):
             if _current_revision(engine) == _head_revision():
                 return
-        raise StoreError(
+        raise StoreOpenError(
             f"cannot upgrade the trace store schema at {_safe_url(engine.url)}: {_reason(exc)}"
         ) from exc
 
@@ -243,11 +298,12 @@ class SqlTraceStore:
     """The trace store on SQLite, PostgreSQL or MariaDB; implements `TraceSink`.
 
     Opening it upgrades the schema (unless `upgrade=False`, which instead checks that the schema
-    is current) and sweeps runs orphaned by a killed process. Thread-safe: one engine, a session
-    per call. Every failure is a `StoreError`.
+    is current) and sweeps runs orphaned by a killed process (best-effort). Opened `read_only`, it
+    never writes. Thread-safe: one engine, a session per call. Every failure is a `StoreError`;
+    one that prevents opening is a `StoreOpenError`.
     """
 
-    def __init__(self, url: str, *, upgrade: bool = True) -> None:
+    def __init__(self, url: str, *, upgrade: bool = True, read_only: bool = False) -> None:
         """Open the store at the SQLAlchemy `url`.
 
         Args:
@@ -255,9 +311,12 @@ class SqlTraceStore:
                 `postgresql+psycopg://user@host/db`, `mysql+pymysql://user@host/db`.
             upgrade: upgrade the schema to the newest revision; when False the schema must
                 already be current (`rootproof db upgrade`).
+            read_only: never write (for commands that only read): no upgrade, no sweep, a
+                SQLite file opened read-only (it must exist).
         """
         parsed = _parse_url(url)
-        self._engine = _create_engine(parsed)
+        self.read_only = read_only
+        self._engine = _create_engine(_read_only_url(parsed) if read_only else parsed)
         self._url = _safe_url(parsed)
         self._dialect = self._engine.dialect.name
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
@@ -268,11 +327,12 @@ class SqlTraceStore:
             else contextlib.nullcontext()
         )
         try:
-            if upgrade:
+            if upgrade and not read_only:
                 _upgrade_engine(self._engine)
             else:
                 self._check_schema()
-            self.sweep_orphans()
+            if not read_only:
+                self._sweep_on_open()
         except BaseException:
             self._engine.dispose()
             raise
@@ -304,9 +364,9 @@ class SqlTraceStore:
         try:
             current = _current_revision(self._engine)
         except sa.exc.SQLAlchemyError as exc:
-            raise StoreError(f"cannot open the trace store at {self._url}: {_reason(exc)}") from exc
+            raise StoreOpenError(f"cannot open the trace store at {self._url}: {_reason(exc)}") from exc
         if current != head:
-            raise StoreError(
+            raise StoreOpenError(
                 f"trace store schema at {self._url} is at revision {current or 'none (empty database)'}, "
                 f"this rootproof needs {head}; run `rootproof db upgrade`"
             )
@@ -451,6 +511,13 @@ class SqlTraceStore:
             return [_record(EventRecord, r) for r in s.scalars(stmt)]
 
     # -- maintenance -------------------------------------------------------------------------
+
+    def _sweep_on_open(self) -> None:
+        """Sweep orphans unless the store refuses writes; then the next writable open does it."""
+        try:
+            self.sweep_orphans()
+        except StoreError as exc:
+            log.info("orphan sweep skipped (%s); it runs at the next writable open", exc)
 
     def sweep_orphans(self, *, now: datetime | None = None, grace_s: float = 1.0) -> int:
         """Mark runs orphaned by a killed process; return how many.

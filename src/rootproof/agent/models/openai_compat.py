@@ -44,6 +44,7 @@ from rootproof.agent.models.base import (
     ToolResultMessage,
     UserMessage,
 )
+from rootproof.boundary.safety import redact
 from rootproof.errors import ConfigError, ModelOutputError, ModelUnavailable
 
 __all__ = [
@@ -70,8 +71,9 @@ DRAFT_AS_JSON_PROMPT = (
 
 _MAX_RETRY_AFTER_S = 30.0
 """A `Retry-After` longer than this is not honoured; our own backoff applies instead."""
-_RETRYABLE_STATUS = frozenset({408, 429})
-"""Retryable 4xx statuses (timeouts and rate limits); every 5xx is retryable too."""
+_RETRYABLE_STATUS = frozenset({408, 409, 429})
+"""Retryable 4xx statuses (timeouts, conflicts, rate limits); every 5xx is retryable too. Any
+other 4xx (a rejected key, a bad request) fails at once: retrying cannot change the answer."""
 _FENCE = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
 
 
@@ -108,6 +110,8 @@ class _Retryable:
     """What went wrong, for the final message (`HTTP 503: overloaded`, `request timed out`)."""
     retry_after: float | None = None
     """Seconds the server asked us to wait, if it said."""
+    http_status: int | None = None
+    """The HTTP status, when the server answered."""
 
 
 class OpenAICompatModel:
@@ -164,6 +168,7 @@ class OpenAICompatModel:
         self.temperature = temperature
         self.backoff_s = backoff_s
         self._quirks = _QUIRKS[provider]
+        self._api_key = api_key
         self._where = f"{provider} model {model!r} at {_redact_url(base_url)}"
         try:
             self._client = openai.OpenAI(
@@ -192,8 +197,10 @@ class OpenAICompatModel:
         """Send one chat completion and turn the answer into a `ModelTurn`.
 
         Raises:
-            ModelUnavailable: The provider failed (after retries for 429/5xx/timeouts, at once
-                for other 4xx), or the run has no time left for another attempt.
+            ModelUnavailable: The provider failed (after retries for 408/409/429/5xx/timeouts, at
+                once for other 4xx, its `status` set when the server answered), or the run has no
+                time left for another attempt. Messages carry the provider's own error message
+                with secrets removed.
             ModelOutputError: The provider answered 200 with something that is not a completion.
         """
         body = self.build_request(request)
@@ -295,11 +302,16 @@ class OpenAICompatModel:
 
     def _send(self, body: dict[str, Any], request: ModelRequest) -> Any:
         last = "no attempt"
+        last_status: int | None = None
         for attempt in range(self.max_retries + 1):
             left = request.time_left()
             if left <= 0:
+                # The caller sees its own deadline passed (time_left <= 0) and reports that, not this.
                 raise ModelUnavailable(
-                    f"{self._where}: no time left in the run after {attempt} attempt(s) (last: {last})"
+                    self._clean(
+                        f"{self._where}: no time left in the run after {attempt} attempt(s) (last: {last})"
+                    ),
+                    status=last_status,
                 )
             try:
                 return self._client.chat.completions.create(**body, timeout=min(self.timeout_s, left))
@@ -307,19 +319,30 @@ class OpenAICompatModel:
                 failure = self._classify(exc)
             except ValueError as exc:  # a JSON content type with a body that is not JSON
                 raise ModelOutputError(f"{self._where}: the response is not valid JSON ({exc})") from None
-            last = failure.status
+            last, last_status = failure.status, failure.http_status
             if attempt == self.max_retries:
                 break
             delay = self._delay(attempt, failure.retry_after)
             left = request.time_left()
             if delay >= left:
                 raise ModelUnavailable(
-                    f"{self._where}: {last} after {attempt + 1} attempt(s); the next retry in {delay:.2f} s "
-                    f"would pass the run's deadline ({max(left, 0.0):.2f} s left)"
+                    self._clean(
+                        f"{self._where}: {last} after {attempt + 1} attempt(s); the next retry in {delay:.2f} s "
+                        f"would pass the run's deadline ({max(left, 0.0):.2f} s left)"
+                    ),
+                    status=last_status,
                 )
             log.debug("model %s: %s, retry %d in %.2f s", self.name, last, attempt + 1, delay)
             time.sleep(delay)
-        raise ModelUnavailable(f"{self._where}: {last} after {self.max_retries + 1} attempt(s)")
+        raise ModelUnavailable(
+            self._clean(f"{self._where}: {last} after {self.max_retries + 1} attempt(s)"), status=last_status
+        )
+
+    def _clean(self, message: str) -> str:
+        """`message` without secrets: the configured key masked wherever the server echoed it, then `redact`."""
+        if self._api_key and len(self._api_key) >= 4:
+            message = message.replace(self._api_key, "***")
+        return redact(message)
 
     def _classify(self, exc: openai.OpenAIError) -> _Retryable:
         """Return a retryable failure, or raise the final `ModelError` for this exception."""
@@ -327,18 +350,22 @@ class OpenAICompatModel:
             return _Retryable("request timed out")
         if isinstance(exc, openai.APIConnectionError):
             cause = exc.__cause__ or exc
-            return _Retryable(f"connection error ({type(cause).__name__}: {cause})")
+            return _Retryable(self._clean(f"connection error ({type(cause).__name__}: {cause})"))
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
-            detail = _error_detail(exc)
+            detail = self._clean(_error_detail(exc))
             if status in _RETRYABLE_STATUS or status >= 500:
-                return _Retryable(f"HTTP {status}: {detail}", retry_after=_retry_after(exc.response.headers))
-            raise ModelUnavailable(f"{self._where}: HTTP {status}: {detail}") from None
+                return _Retryable(
+                    f"HTTP {status}: {detail}",
+                    retry_after=_retry_after(exc.response.headers),
+                    http_status=status,
+                )
+            raise ModelUnavailable(f"{self._where}: HTTP {status}: {detail}", status=status) from None
         if isinstance(exc, openai.APIResponseValidationError):
             raise ModelOutputError(
-                f"{self._where}: the response does not match a chat completion: {exc}"
+                self._clean(f"{self._where}: the response does not match a chat completion: {exc}")
             ) from None
-        raise ModelUnavailable(f"{self._where}: {type(exc).__name__}: {exc}") from None
+        raise ModelUnavailable(self._clean(f"{self._where}: {type(exc).__name__}: {exc}")) from None
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None and 0 <= retry_after <= _MAX_RETRY_AFTER_S:
