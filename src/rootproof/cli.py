@@ -86,7 +86,7 @@ def _scenario(ref: str | None) -> Any:
         return None
     from rootproof.scenarios.loader import load_scenario
 
-    return load_scenario(ref)
+    return load_scenario(ref, max_file_bytes=load_settings().max_scenario_file_bytes)
 
 
 def _status_line(e: EventRecord) -> None:
@@ -146,7 +146,7 @@ def diagnose(
     sc = _scenario(scenario)
     from rootproof.alerts import load_alert_file
 
-    payload = load_alert_file(alert) if alert is not None else None
+    payload = load_alert_file(alert, load_settings().input_limits()) if alert is not None else None
     # QUESTION, else the alert (the harness builds the question from the primary alert), else the scenario's.
     text = question if question else "" if alert is not None else sc.question if sc is not None else None
     if text is None:
@@ -363,9 +363,9 @@ def scenarios_validate(ref: Annotated[str | None, typer.Argument(help="A scenari
     """Check every file of every scenario; print each problem with file and field."""
     from rootproof.scenarios.loader import list_scenarios, validate_scenario
 
-    problems = []
+    problems, cap = [], load_settings().max_scenario_file_bytes
     for folder in list_scenarios(ref):
-        problems.extend(validate_scenario(folder))
+        problems.extend(validate_scenario(folder, max_file_bytes=cap))
     for p in problems:
         print(p)
     if problems:

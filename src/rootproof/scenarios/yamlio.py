@@ -42,8 +42,17 @@ from yaml.events import (
 from yaml.nodes import Node, ScalarNode
 
 from rootproof.errors import ScenarioError
+from rootproof.limits import SCENARIO_FILE_BYTES
 
-__all__ = ["DEFAULT_MAX_FILE_BYTES", "MAX_DEPTH", "YamlDocument", "load_yaml", "parse_yaml", "read_capped"]
+__all__ = [
+    "DEFAULT_MAX_FILE_BYTES",
+    "MAX_DEPTH",
+    "YamlDocument",
+    "load_yaml",
+    "parse_yaml",
+    "parse_yaml_values",
+    "read_capped",
+]
 
 _TIMESTAMP = re.compile(
     r"""^(?P<year>[0-9][0-9][0-9][0-9])-(?P<month>[0-9][0-9]?)-(?P<day>[0-9][0-9]?)
@@ -54,7 +63,7 @@ _TIMESTAMP = re.compile(
 
 Path_ = tuple[str | int, ...]
 
-DEFAULT_MAX_FILE_BYTES = 128 * 1024 * 1024
+DEFAULT_MAX_FILE_BYTES = SCENARIO_FILE_BYTES
 """Default size cap of one scenario file (`Settings.max_scenario_file_bytes`)."""
 MAX_DEPTH = 64
 """Deepest nesting of mappings and lists a scenario file may use (real ones use fewer than 10)."""
@@ -231,14 +240,14 @@ def _build(loader: Any, name: str, *, lines: bool) -> tuple[Any, dict[Path_, int
                     name,
                     mark,
                     path,
-                    f"YAML aliases (*{ev.anchor}) are not accepted in scenario files; write the value out",
+                    f"YAML aliases (*{ev.anchor}) are not accepted (one can stand for gigabytes); write the value out",
                 )
             elif ev.anchor is not None:
                 raise _refuse(
                     name,
                     mark,
                     path,
-                    f"YAML anchors (&{ev.anchor}) are not accepted in scenario files; write each value out",
+                    f"YAML anchors (&{ev.anchor}) are not accepted (aliases to them can stand for gigabytes); write each value out",
                 )
             elif isinstance(ev, ScalarEvent):
                 tag, value = _scalar(loader, ev)
@@ -247,7 +256,7 @@ def _build(loader: Any, name: str, *, lines: bool) -> tuple[Any, dict[Path_, int
                         name,
                         mark,
                         path,
-                        "YAML merge keys (<<) are not accepted in scenario files; write the fields out",
+                        "YAML merge keys (<<) are not accepted; write the fields out",
                     )
                 if top is not None and top.is_map and top.key is _NO_KEY:
                     first = top.seen.get(value)
@@ -327,6 +336,14 @@ def parse_yaml(text: str | bytes, name: str) -> YamlDocument:
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{name}: invalid YAML: {exc}") from exc
     return YamlDocument(data=data, name=name, source=text)
+
+
+def parse_yaml_values(text: str | bytes, name: str) -> Any:
+    """YAML as PyYAML's safe loader reads it (YAML 1.1 scalars), with this module's refusals
+    (anchors, aliases, merge keys, nesting deeper than `MAX_DEPTH`): for other inputs than
+    scenario files (alert payloads). Raises `yaml.YAMLError` on bad syntax and `ScenarioError`
+    naming `name` and the line on a refusal."""
+    return _build(_BaseLoader(text), name, lines=False)[0]
 
 
 def read_capped(path: Path, display: str, max_bytes: int, setting: str) -> bytes:
