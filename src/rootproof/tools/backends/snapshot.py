@@ -34,7 +34,7 @@ from rootproof.tools.base import (
     InspectRedisArgs,
     QueryLogsArgs,
     QueryMetricsArgs,
-    parse_since,
+    window_start,
 )
 from rootproof.tools.refs import (
     NO_EVIDENCE_PATH,
@@ -183,7 +183,7 @@ class SnapshotBackend:
 
     @staticmethod
     def _window(since: str, now: datetime) -> _Window:
-        return _Window(start=now - parse_since(since), end=now)
+        return _Window(start=window_start(now, since), end=now)
 
     @staticmethod
     def _no_evidence(tool: str, what: str, filters: str, where: str) -> str:
