@@ -16,7 +16,6 @@ from rootproof.alerts import load_alert_file, parse_alert
 from rootproof.errors import AlertError, CardError, ScenarioError
 from rootproof.harness import Harness
 from rootproof.kb.cards import load_cards, parse_card
-from rootproof.limits import InputLimits, clip_text
 from rootproof.run.records import MemoryTraceSink
 from rootproof.scenarios.loader import load_scenario, scenario_folder, validate_scenario
 from rootproof.scenarios.yamlio import parse_yaml
@@ -56,9 +55,8 @@ def _copy(tmp_path: Path, sid: str = "pg-row-lock") -> Path:
 def test_alias_bomb_in_tool_responses_is_refused_naming_the_file(tmp_path: Path) -> None:
     folder = _copy(tmp_path)
     responses = folder / "snapshot" / "tool_responses.yaml"
-    responses.write_text(
-        responses.read_text(encoding="utf-8") + "bomb_" + BOMB.replace("\n", "\nbomb_"), encoding="utf-8"
-    )
+    bomb = "".join(f"bomb_{line}\n" for line in BOMB.splitlines())
+    responses.write_text(responses.read_text(encoding="utf-8") + bomb, encoding="utf-8")
     assert len(BOMB) < 1024
     p = rp("scenarios", "validate", str(folder), home=tmp_path / "home")
     assert p.returncode == 2, p.stderr[-500:]
@@ -135,6 +133,8 @@ def _webhook(summary: str, n: int = 1) -> dict[str, object]:
 
 
 def test_alert_field_above_the_cap_is_refused_naming_the_field(tmp_path: Path) -> None:
+    from rootproof.limits import InputLimits
+
     with pytest.raises(
         AlertError, match=r"^alerts\[0\]\.annotations\.summary: 9000 characters, more than the cap of 8192"
     ):
@@ -193,6 +193,8 @@ def test_a_run_keeps_a_clipped_question_and_few_related_alerts(tmp_path: Path) -
 
 
 def test_clip_text_keeps_short_text_whole() -> None:
+    from rootproof.limits import clip_text
+
     assert clip_text("short", 100) == "short"
     clipped = clip_text("x" * 500, 100)
     assert len(clipped) == 100 and clipped.startswith("xxx") and "[" in clipped
@@ -210,6 +212,8 @@ def test_card_front_matter_aliases_and_big_cards_are_refused(tmp_path: Path) -> 
 
 
 def test_caps_are_settings_whose_defaults_are_the_loaders() -> None:
+    from rootproof.limits import InputLimits
+
     assert Settings().input_limits() == InputLimits()
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for name in Settings.model_fields:
