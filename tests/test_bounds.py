@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -224,3 +225,32 @@ def test_caps_are_settings_whose_defaults_are_the_loaders() -> None:
             "max_tokens",
         ):
             assert f"`{name.upper()}`" in readme, name
+
+
+@pytest.mark.parametrize(
+    ("edit", "what"),
+    [
+        (
+            lambda t: t + "redis:\n  slowlog:\n  - {id: 1, timestamp: 1" + "0" * 30 + ", duration_us: 5}\n",
+            "redis.slowlog[0].timestamp: expected unix seconds within years 1-9999",
+        ),
+        (
+            lambda t: t.replace(
+                "- metric: pg_locks_count\n",
+                "- metric: huge\n  points: [['2026-08-03T09:50:00Z', 1"
+                + "0" * 400
+                + "]]\n- metric: pg_locks_count\n",
+                1,
+            ),
+            "points[0][1]: expected a number a float can hold",
+        ),
+    ],
+)
+def test_numbers_too_large_for_time_or_floats_are_problems_not_crashes(
+    tmp_path: Path, edit: Any, what: str
+) -> None:
+    folder = _copy(tmp_path)
+    responses = folder / "snapshot" / "tool_responses.yaml"
+    responses.write_text(edit(responses.read_text(encoding="utf-8")), encoding="utf-8")
+    problems = validate_scenario(folder)
+    assert any(what in p for p in problems), problems
