@@ -7,6 +7,11 @@ malformed payload raises `AlertError` naming the field at fault (`alerts[1].star
 Conventions (seed `000_*` §7, Prometheus practice): severity is the `severity` label
 (critical > error > warning > info > none); the service is the first of the labels
 `service`, `app`, `job`, `container`; the alert's name is the `alertname` label.
+
+Bounds (rootproof.limits, each a setting): a payload above `max_alert_bytes`, with more than
+`max_alerts` alerts, a text field longer than `max_alert_field_chars` or nesting deeper than
+`MAX_DEPTH` is refused before it is validated, naming the field; YAML anchors and aliases are
+refused. A run's record keeps at most `max_stored_related_alerts` related alerts.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from rootproof.errors import AlertError
+from rootproof.errors import AlertError, ConfigError
+from rootproof.limits import DEFAULT_LIMITS, InputLimits, clip_text
 
 __all__ = [
     "SERVICE_LABELS",
@@ -26,6 +32,7 @@ __all__ = [
     "AlertItem",
     "AlertPayload",
     "as_payload",
+    "check_alert_size",
     "load_alert_file",
     "parse_alert",
 ]
@@ -36,6 +43,10 @@ _SEVERITY_ALIASES = {"crit": "critical", "fatal": "critical", "page": "critical"
 SERVICE_LABELS = ("service", "app", "job", "container")
 _ZERO_TIME_YEAR = 1  # Alertmanager and Grafana send 0001-01-01T00:00:00Z for "not ended"
 MAX_RELATED = 20
+MAX_DEPTH = 16
+"""Deepest nesting of mappings and lists an alert payload may use (webhooks use 4)."""
+ROUTER_TEXT_CHARS = 2000
+"""The router reads at most this much of an alert (its title and labels)."""
 
 
 _QUESTION: dict[str, dict[str, str]] = {
@@ -211,9 +222,10 @@ class AlertPayload(BaseModel):
         return t["sep"].join(parts) + t["ask"]
 
     def router_text(self) -> str:
-        """The router's bounded input: the alert's title and labels."""
+        """The router's bounded input: the alert's title and labels (at most ROUTER_TEXT_CHARS)."""
         p = self.primary
-        return f"{self.title or p.name} " + " ".join(f"{k}={v}" for k, v in p.labels.items())
+        text = f"{self.title or p.name} " + " ".join(f"{k}={v}" for k, v in p.labels.items())
+        return clip_text(text, ROUTER_TEXT_CHARS)
 
     def for_agent(self) -> dict[str, Any]:
         """What the agent sees: the primary alert, and the related ones marked as context."""
@@ -223,9 +235,15 @@ class AlertPayload(BaseModel):
             out["related_alerts_note"] = "context only: diagnose the primary alert; do not open a new incident for these"
         return out
 
-    def trace(self) -> dict[str, Any]:
-        """What the trace keeps of the input (everything but raw unknown fields)."""
-        return self.model_dump(mode="json")
+    def trace(self, max_related: int | None = None) -> dict[str, Any]:
+        """What the trace keeps of the input (everything but raw unknown fields); with
+        `max_related`, only that many related alerts and `related_omitted`, the count of the rest."""
+        if max_related is None or len(self.related) <= max_related:
+            return self.model_dump(mode="json")
+        data = self.model_dump(mode="json", exclude={"related"})
+        data["related"] = [a.model_dump(mode="json") for a in self.related[:max_related]]
+        data["related_omitted"] = len(self.related) - max_related
+        return data
 
 
 def _severity(labels: Mapping[str, str]) -> str:
@@ -310,12 +328,52 @@ def _from_webhook(hook: _Webhook, kind: Literal["alertmanager", "grafana"], sour
     )
 
 
-def parse_alert(data: Any, *, source: str = "") -> AlertPayload:
-    """Parse an Alertmanager v4 webhook, a Grafana webhook or a plain alert; `source` names the file in errors."""
+def check_alert_size(data: Any, limits: InputLimits = DEFAULT_LIMITS, *, source: str = "") -> None:
+    """Refuse a payload above the caps before anything is validated (`AlertError` naming the field).
+
+    One pass over the data: the number of alerts, the length of every text (keys included), the
+    nesting depth and the total size (about the size of its JSON) are checked.
+    """
+    alerts = data.get("alerts") if isinstance(data, Mapping) else None
+    if isinstance(alerts, list) and len(alerts) > limits.alerts:
+        raise AlertError("alerts", f"{len(alerts)} alerts, more than the cap of {limits.alerts} (ROOTPROOF_MAX_ALERTS)", source=source)
+    cap, total = limits.alert_field_chars, 0
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise AlertError(path, f"nested deeper than {MAX_DEPTH} levels", source=source)
+        if isinstance(value, str):
+            if len(value) > cap:
+                raise AlertError(path or "(payload)", f"{len(value)} characters, more than the cap of {cap} (ROOTPROOF_MAX_ALERT_FIELD_CHARS)", source=source)
+            total += len(value) + 3
+        elif isinstance(value, Mapping):
+            for k, v in value.items():
+                key = str(k)
+                where = f"{path}.{key[:80]}" if path else key[:80]
+                if len(key) > cap:
+                    raise AlertError(where + "…", f"a key of {len(key)} characters, more than the cap of {cap} (ROOTPROOF_MAX_ALERT_FIELD_CHARS)", source=source)
+                total += len(key) + 4
+                stack.append((v, where, depth + 1))
+        elif isinstance(value, list | tuple):
+            total += len(value) + 2
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value))
+        else:
+            total += 8
+        if total > limits.alert_bytes:
+            raise AlertError("(payload)", f"more than the cap of {limits.alert_bytes} bytes (ROOTPROOF_MAX_ALERT_BYTES)", source=source)
+
+
+def parse_alert(data: Any, *, source: str = "", limits: InputLimits = DEFAULT_LIMITS) -> AlertPayload:
+    """Parse an Alertmanager v4 webhook, a Grafana webhook or a plain alert; `source` names the file in errors.
+
+    A payload above the caps of `limits` is refused first (`check_alert_size`).
+    """
     if isinstance(data, AlertPayload):
         return data
     if not isinstance(data, Mapping):
         raise AlertError("(payload)", f"expected a mapping (an Alertmanager or Grafana webhook, or a plain alert), got {type(data).__name__}", source=source)
+    check_alert_size(data, limits, source=source)
     if "alerts" in data:
         if str(data.get("version", "")) == "4" and not any(k in data for k in ("orgId", "title", "state")):
             return _from_webhook(_validate(_Alertmanager, data, source), "alertmanager", source)
@@ -342,32 +400,45 @@ def parse_alert(data: Any, *, source: str = "") -> AlertPayload:
     raise AlertError("alerts", "missing (expected an Alertmanager or Grafana webhook with alerts[], or a plain alert with a name)", source=source)
 
 
-def load_alert_file(path: Path) -> AlertPayload:
-    """Read a payload file (JSON or YAML) and parse it."""
+def load_alert_file(path: Path, limits: InputLimits = DEFAULT_LIMITS) -> AlertPayload:
+    """Read a payload file (JSON, or YAML without anchors and aliases) of at most
+    `limits.alert_bytes` and parse it."""
+    import json
+
     import yaml
 
+    from rootproof.scenarios.yamlio import parse_yaml_values
+
     try:
+        size = path.stat().st_size
+        if size > limits.alert_bytes:
+            raise AlertError("(file)", f"{size} bytes, more than the cap of {limits.alert_bytes} bytes (ROOTPROOF_MAX_ALERT_BYTES)", source=str(path))
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise AlertError("(file)", "alert file not found", source=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise AlertError("(file)", f"cannot read it: {exc}", source=str(path)) from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "(file)"
-        raise AlertError(where, "not valid JSON or YAML", source=str(path)) from None
+        data = json.loads(text)  # most payloads are JSON, which has no aliases
+    except ValueError:
+        try:
+            data = parse_yaml_values(text, str(path))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"line {mark.line + 1}" if mark is not None else "(file)"
+            raise AlertError(where, "not valid JSON or YAML", source=str(path)) from None
+        except ConfigError as exc:  # an anchor, an alias or too deep: the message names the line
+            raise AlertError("(file)", str(exc).removeprefix(f"{path}: "), source=str(path)) from None
     if data is None:
         raise AlertError("(file)", "empty: expected an Alertmanager or Grafana webhook, or a plain alert", source=str(path))
-    return parse_alert(data, source=str(path))
+    return parse_alert(data, source=str(path), limits=limits)
 
 
-def as_payload(alert: Any, *, source: str = "") -> AlertPayload | None:
+def as_payload(alert: Any, *, source: str = "", limits: InputLimits = DEFAULT_LIMITS) -> AlertPayload | None:
     """Any accepted alert form as one AlertPayload: a payload, a mapping, or a scenario's `Alert`."""
     if alert is None or isinstance(alert, AlertPayload):
         return alert
     if isinstance(alert, Mapping):
-        return parse_alert(alert, source=source)
+        return parse_alert(alert, source=source, limits=limits)
     fields = ("name", "severity", "service", "starts_at", "labels", "summary")
-    return parse_alert({f: getattr(alert, f) for f in fields if getattr(alert, f, None) is not None}, source=source)
+    return parse_alert({f: getattr(alert, f) for f in fields if getattr(alert, f, None) is not None}, source=source, limits=limits)

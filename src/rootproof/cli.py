@@ -163,7 +163,7 @@ def _scenario(ref: str | None) -> Any:
         return None
     from rootproof.scenarios.loader import load_scenario
 
-    return load_scenario(ref)
+    return load_scenario(ref, max_file_bytes=load_settings().max_scenario_file_bytes)
 
 
 def _status_line(e: EventRecord) -> None:
@@ -223,7 +223,7 @@ def diagnose(
     sc = _scenario(scenario)
     from rootproof.alerts import load_alert_file
 
-    payload = load_alert_file(alert) if alert is not None else None
+    payload = load_alert_file(alert, load_settings().input_limits()) if alert is not None else None
     # QUESTION, else the alert (the harness builds the question from the primary alert), else the scenario's.
     text = question if question else "" if alert is not None else sc.question if sc is not None else None
     if text is None:
@@ -453,10 +453,11 @@ def scenarios_validate(ref: Annotated[str | None, typer.Argument(help="A scenari
     from rootproof.kb.cards import taxonomy_for
     from rootproof.scenarios.loader import list_scenarios, validate_scenario
 
-    taxonomy = taxonomy_for(load_settings().cards_dir)  # ground truth may use the cards' namespaced labels
-    problems = []
+    settings = load_settings()
+    taxonomy = taxonomy_for(settings.cards_dir)  # ground truth may use the cards' namespaced labels
+    problems: list[str] = []
     for folder in list_scenarios(ref):
-        problems.extend(validate_scenario(folder, taxonomy))
+        problems.extend(validate_scenario(folder, taxonomy, max_file_bytes=settings.max_scenario_file_bytes))
     for p in problems:
         say(p)
     if problems:

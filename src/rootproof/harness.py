@@ -35,6 +35,7 @@ from rootproof.guard.fallback import FallbackType, SafeFallbackFactory, call_lim
 from rootproof.guard.release import ReleaseDecision, release_draft, tool_trace_summary
 from rootproof.guard.rules import rule_set
 from rootproof.guard.semantic import LlmJudge, OfflineJudge, SemanticGuard, SemanticResult
+from rootproof.limits import clip_text
 from rootproof.run.context import RunBudget, RunCancellation, RunContext, ToolScope
 from rootproof.run.events import EventStream, Listener
 from rootproof.run.lifecycle import RunState
@@ -162,7 +163,9 @@ class Harness:
                 from rootproof.kb import KnowledgeBase
 
                 extra = [self.settings.cards_dir] if self.settings.cards_dir else []
-                self._kb = KnowledgeBase.load(extra, cache_dir=self.settings.data_dir / "kb-index")
+                self._kb = KnowledgeBase.load(
+                    extra, cache_dir=self.settings.data_dir / "kb-index", max_card_bytes=self.settings.max_card_bytes
+                )
             return self._kb
 
     def taxonomy(self) -> Taxonomy:
@@ -288,7 +291,8 @@ class Harness:
         alert in the alert's language; with a question too, the question leads and the alert
         is context. A malformed alert raises AlertError before the run starts.
         """
-        payload = as_payload(alert)
+        limits = self.settings.input_limits()
+        payload = as_payload(alert, limits=limits)
         if payload is not None:  # secrets in the user's input are never stored nor shown to a model
             payload = AlertPayload.model_validate(redact_value(payload.model_dump()))
         question = redact(question)
@@ -297,6 +301,7 @@ class Harness:
             lang = language or payload.language
         else:
             lang = language or (scenario.language if scenario is not None and not question.strip() else _language_of(question or (scenario.question if scenario else "")))
+        question = clip_text(question, limits.question_chars)  # what the run asks is what it keeps
         allowed = frozenset(scenario.allowed_tools) if scenario is not None else frozenset({"lookup_knowledge"})
         ctx = RunContext(
             session_id=session_id or str(uuid.uuid4()),
@@ -319,7 +324,7 @@ class Harness:
             model=agent_model.name,
             scenario_id=ctx.scope.scenario_id,
             deadline_at=ctx.deadline,
-            alert=payload.trace() if payload is not None else None,
+            alert=payload.trace(limits.stored_related_alerts) if payload is not None else None,
         )
         sink.save_run(record)
         events.emit("metadata", {"session_id": ctx.session_id, "run_id": ctx.run_id})

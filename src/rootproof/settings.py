@@ -15,6 +15,7 @@ import platformdirs
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rootproof import limits
 from rootproof.errors import ConfigError
 
 __all__ = ["Settings", "data_dir_variable", "default_data_dir", "load_settings"]
@@ -76,6 +77,35 @@ class Settings(BaseSettings):
     """A folder of extra knowledge cards (Markdown with front matter) used beside the built-in ones."""
     data_dir: Path = Field(default_factory=default_data_dir)
     """Where the default SQLite store and built indexes live."""
+
+    # Input caps (rootproof.limits): a file or field above its cap is refused naming it and the
+    # setting; the question and the alert a run keeps are shortened, saying so.
+    max_scenario_file_bytes: int = Field(default=limits.SCENARIO_FILE_BYTES, ge=1024)
+    """Largest scenario file (scenario.yaml, snapshot/tool_responses.yaml, ...), bytes. Default 134217728 (128 MiB)."""
+    max_card_bytes: int = Field(default=limits.CARD_BYTES, ge=1024)
+    """Largest knowledge card file, bytes. Default 1048576 (1 MiB)."""
+    max_alert_bytes: int = Field(default=limits.ALERT_BYTES, ge=1024)
+    """Largest alert payload (the file, or the data handed to a run), bytes. Default 33554432 (32 MiB)."""
+    max_alerts: int = Field(default=limits.ALERTS, ge=1)
+    """Most alerts in one payload. Default 20000."""
+    max_alert_field_chars: int = Field(default=limits.ALERT_FIELD_CHARS, ge=64)
+    """Longest text field of an alert (label or annotation key or value, title...), characters. Default 8192."""
+    max_question_chars: int = Field(default=limits.QUESTION_CHARS, ge=200)
+    """Longest question a run asks and keeps (longer ones are cut, saying so), characters. Default 8000."""
+    max_stored_related_alerts: int = Field(default=limits.STORED_RELATED_ALERTS, ge=0)
+    """Related alerts a run's record keeps (the rest are counted, not kept). Default 100."""
+
+    def input_limits(self) -> limits.InputLimits:
+        """The input caps in force."""
+        return limits.InputLimits(
+            scenario_file_bytes=self.max_scenario_file_bytes,
+            card_bytes=self.max_card_bytes,
+            alert_bytes=self.max_alert_bytes,
+            alerts=self.max_alerts,
+            alert_field_chars=self.max_alert_field_chars,
+            question_chars=self.max_question_chars,
+            stored_related_alerts=self.max_stored_related_alerts,
+        )
 
     def resolved_database_url(self) -> str:
         """The trace store URL, defaulting to a SQLite file in the data folder."""

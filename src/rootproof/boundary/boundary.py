@@ -17,6 +17,7 @@ step execute in parallel.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 import uuid
@@ -32,10 +33,11 @@ from rootproof.boundary.safety import is_instruction_like, redact, redact_value
 from rootproof.boundary.store import CanonicalInvocation, CanonicalStore, InvocationStatus
 from rootproof.boundary.views import audit_record, control_view, model_observation
 from rootproof.errors import BackendError
+from rootproof.limits import clip_text
 from rootproof.run.context import RunContext
 from rootproof.run.events import EventStream
 from rootproof.run.records import TraceSink
-from rootproof.tools.base import TOOLS, ToolBackend, ToolDefinition, parse_since
+from rootproof.tools.base import TOOLS, ToolBackend, ToolDefinition, window_start
 from rootproof.tools.refs import (
     NO_EVIDENCE_PATH,
     EvidenceRef,
@@ -142,6 +144,22 @@ def _terms(query: str) -> list[str]:
     return sorted({t.lower() for t in out if t})
 
 
+def _storable(value: Any, depth: int = 0) -> Any:
+    """Raw (unvalidated) arguments as every store can keep them: text without NUL or lone
+    surrogates and at most 1000 characters, finite numbers, at most 50 items and 8 levels."""
+    if isinstance(value, str):
+        return clip_text(value.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00"), 1000)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict | list) and depth >= 8:
+        return "…"
+    if isinstance(value, dict):
+        return {_storable(str(k)): _storable(v, depth + 1) for k, v in list(value.items())[:50]}
+    if isinstance(value, list):
+        return [_storable(v, depth + 1) for v in value[:50]]
+    return value
+
+
 def scope_key(tool: str, args: BaseModel, now: datetime) -> str:
     """Tool name + canonical JSON of the normalised arguments (terms sorted, windows resolved)."""
     data = args.model_dump(mode="json", exclude_none=True)
@@ -152,7 +170,7 @@ def scope_key(tool: str, args: BaseModel, now: datetime) -> str:
     elif "query" in data:
         data["query"] = " ".join(str(data["query"]).lower().split())
     if "since" in data:
-        start = now - parse_since(str(data.pop("since")))
+        start = window_start(now, str(data.pop("since")))
         data["window"] = [start.isoformat(), now.isoformat()]
     data.pop("top_k", None)
     return f"{tool}:{canonical_json(data)}"
@@ -223,7 +241,7 @@ class ToolBoundary:
             session_id=self.ctx.session_id,
             step_index=req.step_index,
             tool_name=req.name,
-            arguments=req.arguments,
+            arguments=_storable(req.arguments),  # replaced by the validated arguments once they validate
             scope_key=None,
             status=InvocationStatus.REJECTED,
         )

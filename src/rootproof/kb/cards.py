@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from rootproof.errors import CardError
+from rootproof.limits import CARD_BYTES
 from rootproof.taxonomy import (
     BUILTIN_TAXONOMY,
     NAMESPACE_RULE,
@@ -332,7 +333,16 @@ class Card(_Strict):
 
 
 class _CardLoader(yaml.SafeLoader):
-    """YAML loader where only `true`/`false` are booleans (`on`, `yes`, `off` stay strings)."""
+    """YAML loader where only `true`/`false` are booleans (`on`, `yes`, `off` stay strings), and
+    anchors and aliases are refused (an alias can stand for gigabytes)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.composer.ComposerError(
+                None, None, "YAML anchors and aliases are not accepted in cards", event.start_mark
+            )
+        return super().compose_node(parent, index)
 
 
 _CardLoader.yaml_implicit_resolvers = {
@@ -414,18 +424,25 @@ def builtin_cards_dir() -> Path:
     return Path(str(resources.files("rootproof.kb") / "cards"))
 
 
-def _card_files(folder: Path) -> Iterator[Path]:
+def _card_files(folder: Path, max_bytes: int) -> Iterator[Path]:
     if not folder.is_dir():
         raise CardError(f"{folder}: field (cards folder): expected an existing folder of .md cards")
     for p in sorted(folder.glob("*.md")):
         if p.name.lower() != "readme.md":
+            if (size := p.stat().st_size) > max_bytes:
+                raise CardError(
+                    f"{p}: field (file): expected at most {max_bytes} bytes (ROOTPROOF_MAX_CARD_BYTES), got {size}"
+                )
             yield p
 
 
-def load_cards(extra_dirs: Sequence[Path] = (), *, builtin: bool = True) -> dict[str, Card]:
+def load_cards(
+    extra_dirs: Sequence[Path] = (), *, builtin: bool = True, max_bytes: int = CARD_BYTES
+) -> dict[str, Card]:
     """Load the built-in cards (unless `builtin=False`) and every `*.md` in `extra_dirs`.
 
-    Raises `CardError` for a malformed card or an id defined twice.
+    Raises `CardError` for a malformed card, a file above `max_bytes`
+    (`Settings.max_card_bytes`) or an id defined twice.
     """
     folders: list[Path] = []
     if builtin:
@@ -435,7 +452,7 @@ def load_cards(extra_dirs: Sequence[Path] = (), *, builtin: bool = True) -> dict
     folders.extend(Path(d) for d in extra_dirs)
     cards: dict[str, Card] = {}
     for folder in folders:
-        for p in _card_files(folder):
+        for p in _card_files(folder, max_bytes):
             try:
                 text = p.read_text(encoding="utf-8")
             except UnicodeDecodeError as exc:

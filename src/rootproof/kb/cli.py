@@ -78,7 +78,9 @@ def load_kb(cards: Path | None, *, show_progress: bool = True) -> KnowledgeBase:
         if not p.is_dir():
             raise ConfigError(f"--cards {p}: expected an existing folder of .md cards")
     with _progress("indexing cards", show_progress) as update:
-        return KnowledgeBase.load(extra, cache_dir=settings.data_dir / "kb-index", progress=update)
+        return KnowledgeBase.load(
+            extra, cache_dir=settings.data_dir / "kb-index", progress=update, max_card_bytes=settings.max_card_bytes
+        )
 
 
 @kb_app.command("search")

@@ -39,6 +39,7 @@ from rootproof.kb.cards import Card, load_cards
 from rootproof.kb.channels import EMBEDDING_MODEL, RRF_K, DenseIndex, FloatArray, KeywordIndex, encode
 from rootproof.kb.text import TOKENIZER_VERSION, contains_identifier, normalize, tokenize
 from rootproof.kb.thresholds import THRESHOLDS
+from rootproof.limits import CARD_BYTES
 
 __all__ = [
     "CHANNELS",
@@ -317,6 +318,7 @@ class KnowledgeBase:
         cache_dir: Path | None = None,
         progress: Callable[[int, int], None] | None = None,
         builtin: bool = True,
+        max_card_bytes: int = CARD_BYTES,
     ) -> KnowledgeBase:
         """Load the built-in cards and `extra_dirs`, reading or building the index.
 
@@ -324,7 +326,7 @@ class KnowledgeBase:
         None builds in memory. `progress(done, total)` reports embedding progress.
         """
         t0 = time.perf_counter()
-        cards = load_cards(extra_dirs, builtin=builtin)
+        cards = load_cards(extra_dirs, builtin=builtin, max_bytes=max_card_bytes)
         chunks = [ch for cid in sorted(cards) for ch in chunk_card(cards[cid])]
         key = _cache_key(cards)
         cached = _read_cache(cache_dir / key, chunks) if cache_dir is not None else None

@@ -108,6 +108,8 @@ def _label(kind: LabelKind) -> Callable[[str, ValidationInfo], str]:
 def _finite(value: int | float) -> int | float:
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"expected a finite number (got {value!r})")
+    if isinstance(value, int) and not -(2**1000) < value < 2**1000:  # summaries compute in floats
+        raise ValueError("expected a number a float can hold (at most about 1e308)")
     return value
 
 
@@ -581,7 +583,10 @@ def slowlog_time(values: Mapping[str, Any]) -> datetime | None:
     """The time of a SLOWLOG entry written as a mapping (`timestamp`: unix seconds or ISO text)."""
     stamp = values.get("timestamp")
     if isinstance(stamp, int) and not isinstance(stamp, bool):
-        return datetime.fromtimestamp(stamp, UTC)
+        try:
+            return datetime.fromtimestamp(stamp, UTC)
+        except (OverflowError, OSError) as exc:
+            raise ValueError(f"expected unix seconds within years 1-9999 (got {stamp})") from exc
     if isinstance(stamp, str):
         return _aware(stamp)
     return None

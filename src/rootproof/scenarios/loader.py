@@ -43,7 +43,7 @@ from rootproof.scenarios.types import (
     Scenario,
     ToolResponses,
 )
-from rootproof.scenarios.yamlio import YamlDocument, load_yaml
+from rootproof.scenarios.yamlio import DEFAULT_MAX_FILE_BYTES, YamlDocument, load_yaml
 from rootproof.taxonomy import Taxonomy, recovery_policy
 from rootproof.tools.refs import fmt_value
 
@@ -341,22 +341,22 @@ def list_scenarios(ref: str | Path | None = None) -> list[Path]:
     return found
 
 
-def _doc(folder: Path, rel: str, problems: list[str]) -> YamlDocument | None:
+def _doc(folder: Path, rel: str, problems: list[str], max_bytes: int) -> YamlDocument | None:
     path = folder / rel
     name = f"{folder.name}/{rel}"
     if not path.is_file():
         problems.append(f"{name}: missing file (expected {rel} in the scenario folder)")
         return None
     try:
-        return load_yaml(path, name)
+        return load_yaml(path, name, max_bytes=max_bytes)
     except ScenarioError as exc:
         problems.append(str(exc))
         return None
 
 
-def _read_scenario(folder: Path, problems: list[str]) -> Scenario | None:
+def _read_scenario(folder: Path, problems: list[str], max_bytes: int) -> Scenario | None:
     """Validate everything the agent phase may read; never opens the ground truth."""
-    scenario_doc = _doc(folder, SCENARIO_FILE, problems)
+    scenario_doc = _doc(folder, SCENARIO_FILE, problems, max_bytes)
     sm = validate(scenario_doc, ScenarioModel, problems) if scenario_doc else None
     raw_id = scenario_doc.data.get("id") if scenario_doc and isinstance(scenario_doc.data, dict) else None
     if scenario_doc is not None and isinstance(raw_id, str):  # checked even when other fields fail
@@ -378,7 +378,7 @@ def _read_scenario(folder: Path, problems: list[str]) -> Scenario | None:
             problems.append(
                 problem(scenario_doc, ("alert", "starts_at"), "expected a time at or before `now`")
             )
-    responses_doc = _doc(folder, RESPONSES_FILE, problems)
+    responses_doc = _doc(folder, RESPONSES_FILE, problems, max_bytes)
     responses = None
     if responses_doc is not None:
         if responses_doc.data is None:  # an empty file: every section missing
@@ -386,7 +386,7 @@ def _read_scenario(folder: Path, problems: list[str]) -> Scenario | None:
         elif (rm := validate(responses_doc, ResponsesModel, problems)) is not None:
             responses = _responses(responses_doc, rm, problems)
     if (folder / PROVENANCE_FILE).is_file():
-        provenance_doc = _doc(folder, PROVENANCE_FILE, problems)
+        provenance_doc = _doc(folder, PROVENANCE_FILE, problems, max_bytes)
         if provenance_doc is not None:
             validate(provenance_doc, ProvenanceModel, problems)
     if problems or sm is None or responses is None:
@@ -395,9 +395,13 @@ def _read_scenario(folder: Path, problems: list[str]) -> Scenario | None:
 
 
 def _read_ground_truth(
-    folder: Path, problems: list[str], allowed_tools: Collection[str] | None, taxonomy: Taxonomy | None
+    folder: Path,
+    problems: list[str],
+    allowed_tools: Collection[str] | None,
+    taxonomy: Taxonomy | None,
+    max_bytes: int,
 ) -> GroundTruth | None:
-    doc = _doc(folder, GROUND_TRUTH_FILE, problems)
+    doc = _doc(folder, GROUND_TRUTH_FILE, problems, max_bytes)
     if doc is None:
         return None
     m = validate(doc, GroundTruthModel, problems, taxonomy)
@@ -424,40 +428,45 @@ def _raise(problems: list[str]) -> None:
         raise ScenarioError(head + "\n".join(problems))
 
 
-def load_scenario(ref: str | Path) -> Scenario:
+def load_scenario(ref: str | Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Scenario:
     """Load what the agent phase may see of a scenario (a built-in id or a folder).
 
     Validates `scenario.yaml`, `snapshot/tool_responses.yaml` and, if present,
     `provenance.yaml`; never opens `ground_truth.yaml`. Raises `ScenarioError` listing every
-    problem as `<file>: <field path>: <what is expected>`.
+    problem as `<file>: <field path>: <what is expected>`; a file above `max_file_bytes`
+    (`Settings.max_scenario_file_bytes`) is one of them.
     """
     folder = scenario_folder(ref)
     problems: list[str] = []
-    scenario = _read_scenario(folder, problems)
+    scenario = _read_scenario(folder, problems, max_file_bytes)
     _raise(problems)
     assert scenario is not None
     return scenario
 
 
-def load_ground_truth(folder: str | Path, taxonomy: Taxonomy | None = None) -> GroundTruth:
+def load_ground_truth(
+    folder: str | Path, taxonomy: Taxonomy | None = None, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+) -> GroundTruth:
     """Load a scenario's ground truth: for the evaluator only, after the run.
 
     Its labels must be in `taxonomy` (the built-in one plus the cards' labels; default: built-in).
     """
     problems: list[str] = []
-    truth = _read_ground_truth(scenario_folder(folder), problems, None, taxonomy)
+    truth = _read_ground_truth(scenario_folder(folder), problems, None, taxonomy, max_file_bytes)
     _raise(problems)
     assert truth is not None
     return truth
 
 
-def validate_scenario(folder: str | Path, taxonomy: Taxonomy | None = None) -> list[str]:
+def validate_scenario(
+    folder: str | Path, taxonomy: Taxonomy | None = None, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+) -> list[str]:
     """Every problem of a scenario folder, ground truth included (empty when it is valid).
 
     Ground-truth labels are checked against `taxonomy` (default: the built-in one).
     """
     path = scenario_folder(folder)
     problems: list[str] = []
-    scenario = _read_scenario(path, problems)
-    _read_ground_truth(path, problems, scenario.allowed_tools if scenario else None, taxonomy)
+    scenario = _read_scenario(path, problems, max_file_bytes)
+    _read_ground_truth(path, problems, scenario.allowed_tools if scenario else None, taxonomy, max_file_bytes)
     return problems

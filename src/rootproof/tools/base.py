@@ -2,6 +2,12 @@
 
 A tool is read-only, has a pydantic argument model (its JSON schema is what a model is shown)
 and is served by a backend (`snapshot`, `live`, `knowledge`, or whatever a user plugs in).
+
+Every argument is range-checked here, so that whatever a model sends either validates or is
+refused as INVALID_ARGUMENTS, and nothing reaches a backend that it could fail on: `since` is
+at most `MAX_SINCE` (7 days), texts have a length cap and may not hold NUL, other control
+characters than tab and newlines, or lone surrogates; a query has at most `MAX_QUERY_TERMS`
+terms; metric labels are at most `MAX_LABELS` pairs of bounded text; numbers have ranges.
 """
 
 from __future__ import annotations
@@ -9,9 +15,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "TOOLS",
@@ -25,9 +31,18 @@ __all__ = [
     "ToolBackend",
     "ToolDefinition",
     "parse_since",
+    "window_start",
 ]
 
-_SINCE = re.compile(r"^(\d+)\s*(s|m|h|d)$")
+MAX_SINCE = timedelta(days=7)
+"""The widest window a tool call may ask for."""
+MAX_QUERY_TERMS = 64
+"""Most terms and phrases in one query."""
+MAX_LABELS = 20
+"""Most label matches in one `query_metrics` call."""
+_SINCE = re.compile(r"^(\d{1,12})\s*(s|m|h|d)$")
+_BAD_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
+_TERM = re.compile(r'"[^"]*(?:"|$)|[^\s"]+')
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 Scope = Literal["ALL", "APPLICATION", "DATABASE", "CACHE", "PROXY", "SYSTEM"]
 Level = Literal["DEBUG", "INFO", "WARN", "ERROR", "FATAL"]
@@ -35,24 +50,53 @@ LEVEL_ORDER: dict[str, int] = {"DEBUG": 10, "INFO": 20, "WARN": 30, "ERROR": 40,
 
 
 def parse_since(value: str) -> timedelta:
-    """`30m`, `2h`, `90s`, `1d` → timedelta; raises ValueError otherwise."""
+    """`30m`, `2h`, `90s`, `1d` → timedelta; raises ValueError otherwise (also when too large to represent)."""
     m = _SINCE.match(value.strip())
     if not m:
-        raise ValueError(f"since must look like 30m, 2h, 90s or 1d (got {value!r})")
-    return timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2)])
+        raise ValueError(f"since must look like 30m, 2h, 90s or 1d (got {value[:40]!r})")
+    try:
+        return timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2)])
+    except OverflowError:
+        raise ValueError(f"since may be at most 7d (got {value[:40]!r})") from None
+
+
+def window_start(now: datetime, since: str) -> datetime:
+    """Where a window of `since` ending at `now` starts (the earliest representable time at most)."""
+    try:
+        return now - parse_since(since)
+    except OverflowError:  # a clock within `since` of year 1
+        return datetime.min.replace(tzinfo=now.tzinfo)
+
+
+def _check_text(value: str, field: str) -> None:
+    if bad := _BAD_CHARS.search(value):
+        raise ValueError(f"{field} holds the control character or lone surrogate {bad.group()!r}; send plain text")
 
 
 class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @model_validator(mode="after")
+    def _plain_text(self) -> _Args:
+        for name, value in self:
+            if isinstance(value, str):
+                _check_text(value, name)
+            elif isinstance(value, dict):
+                for k, v in value.items():
+                    _check_text(k, f"{name} key")
+                    _check_text(v, f"{name}.{k[:40]}")
+        return self
+
 
 class _Windowed(_Args):
-    since: str = Field(default="30m", description="Window ending at the run's clock: 30m, 2h, 90s, 1d (max 7d).")
+    since: str = Field(
+        default="30m", description="Window ending at the run's clock: 30m, 2h, 90s, 1d (max 7d).", max_length=32
+    )
 
     @field_validator("since")
     @classmethod
     def _check_since(cls, v: str) -> str:
-        if parse_since(v) > timedelta(days=7):
+        if parse_since(v) > MAX_SINCE:
             raise ValueError("since may be at most 7d")
         return v.strip()
 
@@ -67,6 +111,13 @@ class _Paged(_Windowed):
     limit: int = Field(default=50, ge=1, le=200, description="Items to return (1-200).")
     offset: int = Field(default=0, ge=0, le=10_000, description="Items to skip.")
 
+    @field_validator("query")
+    @classmethod
+    def _check_terms(cls, v: str) -> str:
+        if len(_TERM.findall(v)) > MAX_QUERY_TERMS:
+            raise ValueError(f"query may hold at most {MAX_QUERY_TERMS} terms and phrases")
+        return v
+
 
 class QueryLogsArgs(_Paged):
     """Search application, database, cache, proxy and system logs."""
@@ -80,7 +131,17 @@ class QueryMetricsArgs(_Windowed):
     """Read metric series with a window summary (first, last, min, max, delta, mean)."""
 
     metric: str = Field(description="Metric name or glob (`pg_locks_*`).", min_length=1, max_length=200)
-    labels: dict[str, str] | None = Field(default=None, description="Exact label matches.")
+    labels: dict[str, Annotated[str, Field(max_length=200)]] | None = Field(
+        default=None, description="Exact label matches (at most 20).", max_length=MAX_LABELS
+    )
+
+    @field_validator("labels")
+    @classmethod
+    def _check_label_names(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        for key in v or {}:
+            if not 1 <= len(key) <= 100:
+                raise ValueError(f"label names have 1 to 100 characters (got {len(key)})")
+        return v
 
 
 class InspectPostgresArgs(_Paged):

@@ -7,6 +7,9 @@ them, matches are ordered by the number of distinct terms matched and then newes
 `limit`/`offset` page the ordered matches while `total_matches` counts them all. Result shapes
 fit `rootproof.tools.refs` exactly: every citable item has a path whose text `ref_text`
 recomputes. A query that finds nothing returns `$.no_evidence` and no other citable item.
+
+Cost grows with the items in the window only: an item's matching text is folded once per backend
+(on the first query that reaches it) and result items are built for the returned page alone.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from rootproof.errors import BackendError
-from rootproof.scenarios.types import LogLine, Row, Scenario, format_timestamp
+from rootproof.scenarios.types import LogEntry, LogLine, Row, Scenario, format_timestamp
 from rootproof.tools.base import (
     LEVEL_ORDER,
     TOOLS,
@@ -34,7 +37,7 @@ from rootproof.tools.base import (
     InspectRedisArgs,
     QueryLogsArgs,
     QueryMetricsArgs,
-    parse_since,
+    window_start,
 )
 from rootproof.tools.refs import (
     NO_EVIDENCE_PATH,
@@ -64,7 +67,10 @@ class TextQuery:
 
     def score(self, text: str) -> int:
         """How many distinct terms or phrases `text` contains."""
-        folded = _fold(text)
+        return self.score_folded(_fold(text))
+
+    def score_folded(self, folded: str) -> int:
+        """`score` of a text already folded (`_fold`)."""
         return sum(1 for t in self.terms if t in folded)
 
     @property
@@ -149,6 +155,7 @@ class SnapshotBackend:
     def __init__(self, scenario: Scenario) -> None:
         self._scenario = scenario
         self._data = scenario.responses
+        self._folded: dict[str, list[str | None]] = {}  # "logs" or a lines key → folded text by index
         self._handlers: dict[str, Callable[[Any, datetime], BackendResult]] = {
             "query_logs": self._query_logs,
             "query_metrics": self._query_metrics,
@@ -181,9 +188,20 @@ class SnapshotBackend:
 
     # -- helpers -------------------------------------------------------------------------------
 
+    def _folded_text(self, key: str, index: int, text: Callable[[], str]) -> str:
+        """The folded matching text of item `index` of `key`, folded on first use."""
+        cache = self._folded.get(key)
+        if cache is None:
+            size = len(self._data.logs or ()) if key == "logs" else len(self._data.lines.get(key, ()))
+            cache = self._folded[key] = [None] * size
+        folded = cache[index]
+        if folded is None:
+            folded = cache[index] = _fold(text())
+        return folded
+
     @staticmethod
     def _window(since: str, now: datetime) -> _Window:
-        return _Window(start=now - parse_since(since), end=now)
+        return _Window(start=window_start(now, since), end=now)
 
     @staticmethod
     def _no_evidence(tool: str, what: str, filters: str, where: str) -> str:
@@ -201,11 +219,12 @@ class SnapshotBackend:
         window = self._window(args.since, now)
         query = parse_query(args.query)
         candidates: list[tuple[int, datetime | None, LogLine]] = []
-        for line in self._data.lines.get(key, ()):
+        for i, line in enumerate(self._data.lines.get(key, ())):
             if line.ts not in window:
                 continue
-            score = query.score(line.text)
-            if query.empty or score:
+            if query.empty:
+                candidates.append((0, line.ts, line))
+            elif score := query.score_folded(self._folded_text(key, i, lambda line=line: line.text)):  # type: ignore[misc]
                 candidates.append((score, line.ts, line))
         ordered = _order(candidates)
         page = ordered[args.offset : args.offset + args.limit]
@@ -310,31 +329,24 @@ class SnapshotBackend:
         window = self._window(args.since, now)
         query = parse_query(args.query)
         minimum = LEVEL_ORDER[args.level] if args.level else 0
-        candidates: list[tuple[int, datetime | None, tuple[dict[str, Any], str]]] = []
-        for e in self._data.logs or ():
+        candidates: list[tuple[int, datetime | None, LogEntry]] = []
+        for i, e in enumerate(self._data.logs or ()):
             if e.ts not in window or (args.service is not None and e.service != args.service):
                 continue
             if (args.scope != "ALL" and e.scope != args.scope) or LEVEL_ORDER[e.level] < minimum:
                 continue
-            item = {
-                "ts": format_timestamp(e.ts),
-                "level": e.level,
-                "service": e.service,
-                "scope": e.scope,
-                "source": e.source,
-                "message": e.message,
-            }
-            score = query.score(f"{item['ts']} {e.level} {e.service} [{e.source}] {e.message}")
-            if query.empty or score:
-                candidates.append((score, e.ts, (item, e.data_source)))
+            if query.empty:
+                candidates.append((0, e.ts, e))
+            elif score := query.score_folded(self._folded_text("logs", i, lambda e=e: _entry_text(e))):  # type: ignore[misc]
+                candidates.append((score, e.ts, e))
         ordered = _order(candidates)
         page = ordered[args.offset : args.offset + args.limit]
         result: dict[str, Any] = {
             "window": window.as_dict(),
             "total_matches": len(ordered),
-            "entries": [item for item, _ in page],
+            "entries": [_entry_item(e) for e in page],
         }
-        sources = {f"$.entries[{i}]": src for i, (_, src) in enumerate(page) if src != default}
+        sources = {f"$.entries[{i}]": e.data_source for i, e in enumerate(page) if e.data_source != default}
         if not page:
             filters = _filters(args, ("service", "scope", "level", "since"))
             if ordered:
@@ -465,6 +477,23 @@ class SnapshotBackend:
             data_source=self._data.source_of("nginx"),
             details={"kind": "config", "total_matches": matches, "returned": len(result["config"])},
         )
+
+
+def _entry_item(e: LogEntry) -> dict[str, Any]:
+    """A log entry as `query_logs` returns it."""
+    return {
+        "ts": format_timestamp(e.ts),
+        "level": e.level,
+        "service": e.service,
+        "scope": e.scope,
+        "source": e.source,
+        "message": e.message,
+    }
+
+
+def _entry_text(e: LogEntry) -> str:
+    """What a query matches in a log entry: the text of its ref (`tools.refs`)."""
+    return f"{format_timestamp(e.ts)} {e.level} {e.service} [{e.source}] {e.message}"
 
 
 def _setting_text(name: str, value: Any) -> str:
