@@ -136,3 +136,9 @@ def test_metric_series_trends() -> None:
 def test_signals_default_to_not_discriminating() -> None:
     assert _sig(tool="query_logs", any=["x"]).discriminating is False
     assert _sig(tool="query_logs", any=["x"], discriminating=True).discriminating is True
+
+
+def test_a_span_never_joins_the_words_on_either_side_into_a_match() -> None:
+    sig = _sig(tool="query_logs", any=["max number of clients reached"])
+    text = 'WARN app max number of "GET /x" clients reached'
+    assert not ref_matches(sig, "query_logs", None, "$.entries[0]", text, _spans_of(text, '"GET /x"'))

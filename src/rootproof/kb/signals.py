@@ -30,12 +30,14 @@ def norm(text: str) -> str:
 
 
 def _blank(text: str, spans: Spans) -> str:
-    """`text` with every span replaced by spaces (same length): `outside_spans` semantics."""
+    """`text` with every span replaced by NUL characters (same length): like
+    `rootproof.boundary.provenance.outside_spans`, but a span is a barrier rather than a space, so
+    words on either side of it never join into a match."""
     out = text
     for span in spans:
         start, end = max(0, int(span[0])), min(len(text), int(span[1]))
         if start < end:
-            out = out[:start] + " " * (end - start) + out[end:]
+            out = out[:start] + "\x00" * (end - start) + out[end:]
     return out
 
 

@@ -17,7 +17,7 @@ from rootproof.agent.models.base import AssistantMessage, Message, ToolResultMes
 from rootproof.kb.cards import Signal
 from rootproof.kb.signals import as_number, norm, ref_matches
 
-__all__ = ["Hit", "Observation", "evaluate_signal", "observations_from", "query_phrases", "query_terms", "signal_strings"]
+__all__ = ["Hit", "Observation", "evaluate_signal", "observations_from", "query_phrases", "ref_spans", "query_terms", "signal_strings"]
 
 LOG_KINDS = {"inspect_postgres": {"log"}, "inspect_redis": {"log", "slowlog"}, "inspect_nginx": {"error_log", "access_log"}}
 
@@ -31,6 +31,15 @@ class Hit:
     raw_path: str
     text: str
     data_source: str
+    kind: str | None = None
+    """The inspector kind of the call that returned the ref, if any."""
+    spans: tuple[tuple[int, int], ...] = ()
+    """The ref's untrusted spans (what an outsider wrote), as the observation carries them."""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(invocation id, raw path): which ref this is."""
+        return (self.invocation_id, self.raw_path)
 
 
 @dataclass(kw_only=True)
@@ -103,6 +112,15 @@ def observations_from(messages: list[Message]) -> list[Observation]:
     return out
 
 
+def ref_spans(ref: dict[str, Any]) -> tuple[tuple[int, int], ...]:
+    """The untrusted spans an observed ref carries (malformed entries are dropped)."""
+    out: list[tuple[int, int]] = []
+    for span in ref.get("untrusted_spans") or ():
+        if isinstance(span, list | tuple) and len(span) == 2 and all(isinstance(x, int) for x in span):
+            out.append((int(span[0]), int(span[1])))
+    return tuple(out)
+
+
 def signal_strings(sig: Signal) -> list[str]:
     """The strings of a match/any test."""
     return list(sig.match or sig.any_ or [])
@@ -173,9 +191,23 @@ def evaluate_signal(sig: Signal, observations: list[Observation]) -> tuple[bool,
             path, text = str(ref.get("raw_path", "")), str(ref.get("text", ""))
             if path == "$.no_evidence" or (obs.invocation_id, path) in seen:
                 continue
-            if ref_matches(sig, obs.tool, obs.kind, path, text, ref.get("untrusted_spans") or ()):
+            # Text that reads as instructions to an AI is never evidence of a mechanism.
+            if ref.get("instruction_like"):
+                continue
+            spans = ref_spans(ref)
+            if ref_matches(sig, obs.tool, obs.kind, path, text, spans):
                 seen.add((obs.invocation_id, path))
-                hits.append(Hit(invocation_id=obs.invocation_id, tool=obs.tool, raw_path=path, text=text, data_source=str(ref.get("data_source", obs.data_source))))
+                hits.append(
+                    Hit(
+                        invocation_id=obs.invocation_id,
+                        tool=obs.tool,
+                        raw_path=path,
+                        text=text,
+                        data_source=str(ref.get("data_source", obs.data_source)),
+                        kind=obs.kind,
+                        spans=spans,
+                    )
+                )
     if hits and sig.any_:
         # Put first one hit for each alternative string, so the first few cited refs show every
         # form of the signal that occurred (e.g. both "connect() failed" and "no live upstreams").
