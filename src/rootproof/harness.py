@@ -354,6 +354,7 @@ class Harness:
             question=question,
             content_type="KNOWLEDGE_ANSWER" if knowledge else "DIAGNOSIS_REPORT",
             root_cause_rules=not knowledge,
+            cards=self._kb.cards if self._kb is not None else None,
         )
         out.draft, out.evidence, out.semantic = loop.draft, decision.evidence, decision.semantic
         record.self_evaluation = {

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rootproof.agent.draft import DiagnosisDraft
 from rootproof.boundary.store import CanonicalStore
 from rootproof.guard.evidence import EvidenceGuard, EvidenceGuardResult
 from rootproof.guard.fallback import FallbackType, SafeFallbackFactory
 from rootproof.guard.semantic import SemanticGuard, SemanticResult
+
+if TYPE_CHECKING:
+    from rootproof.kb.cards import Card
 
 __all__ = ["ReleaseDecision", "release_draft", "tool_trace_summary"]
 
@@ -25,7 +29,9 @@ class ReleaseDecision:
     semantic: SemanticResult | None
 
 
-def tool_trace_summary(store: CanonicalStore, run_id: str, draft: DiagnosisDraft | None) -> list[dict[str, Any]]:
+def tool_trace_summary(
+    store: CanonicalStore, run_id: str, draft: DiagnosisDraft | None
+) -> list[dict[str, Any]]:
     """Compact `ToolTraceSummary`: tool, status, evidence status, counts, cited paths; never raw results."""
     cited: dict[str, list[str]] = {}
     if draft is not None:
@@ -55,9 +61,10 @@ def release_draft(
     question: str = "",
     content_type: str = "DIAGNOSIS_REPORT",
     root_cause_rules: bool = True,
+    cards: Mapping[str, Card] | None = None,
 ) -> ReleaseDecision:
-    """Run both guards and build the public content."""
-    ev = EvidenceGuard(store).check(draft, run_id=run_id, root_cause_rules=root_cause_rules)
+    """Run both guards and build the public content (`cards`: the catalogue for ROOT_CAUSE_NOT_DISCRIMINATED)."""
+    ev = EvidenceGuard(store, cards=cards).check(draft, run_id=run_id, root_cause_rules=root_cause_rules)
     if not ev.passed or ev.snapshot is None or ev.draft is None:
         return ReleaseDecision(
             content=SafeFallbackFactory.build(FallbackType.EVIDENCE_VALIDATION_FAILED, language),
@@ -66,15 +73,23 @@ def release_draft(
             evidence=ev,
             semantic=None,
         )
-    sem = semantic.check(ev.draft, ev.snapshot, question=question, tool_trace=tool_trace_summary(store, run_id, ev.draft))
+    sem = semantic.check(
+        ev.draft, ev.snapshot, question=question, tool_trace=tool_trace_summary(store, run_id, ev.draft)
+    )
     if not sem.available:
         kind = FallbackType.GUARD_UNAVAILABLE
     elif not sem.supported:
         kind = FallbackType.SEMANTIC_UNSUPPORTED
     else:
         key = "report" if content_type == "DIAGNOSIS_REPORT" else "answer"
-        content = {"content_type": content_type, key: ev.draft.model_dump(mode="json"), "verified_sources": ev.snapshot.verified_sources}
-        return ReleaseDecision(content=content, release_outcome="PUBLISHED", fallback_type=None, evidence=ev, semantic=sem)
+        content = {
+            "content_type": content_type,
+            key: ev.draft.model_dump(mode="json"),
+            "verified_sources": ev.snapshot.verified_sources,
+        }
+        return ReleaseDecision(
+            content=content, release_outcome="PUBLISHED", fallback_type=None, evidence=ev, semantic=sem
+        )
     return ReleaseDecision(
         content=SafeFallbackFactory.build(kind, language, ev.snapshot.verified_sources),
         release_outcome="FALLBACK",
