@@ -29,9 +29,7 @@ class ReleaseDecision:
     semantic: SemanticResult | None
 
 
-def tool_trace_summary(
-    store: CanonicalStore, run_id: str, draft: DiagnosisDraft | None
-) -> list[dict[str, Any]]:
+def tool_trace_summary(store: CanonicalStore, run_id: str, draft: DiagnosisDraft | None) -> list[dict[str, Any]]:
     """Compact `ToolTraceSummary`: tool, status, evidence status, counts, cited paths; never raw results."""
     cited: dict[str, list[str]] = {}
     if draft is not None:
@@ -73,23 +71,15 @@ def release_draft(
             evidence=ev,
             semantic=None,
         )
-    sem = semantic.check(
-        ev.draft, ev.snapshot, question=question, tool_trace=tool_trace_summary(store, run_id, ev.draft)
-    )
+    sem = semantic.check(ev.draft, ev.snapshot, question=question, tool_trace=tool_trace_summary(store, run_id, ev.draft))
     if not sem.available:
         kind = FallbackType.GUARD_UNAVAILABLE
     elif not sem.supported:
         kind = FallbackType.SEMANTIC_UNSUPPORTED
     else:
         key = "report" if content_type == "DIAGNOSIS_REPORT" else "answer"
-        content = {
-            "content_type": content_type,
-            key: ev.draft.model_dump(mode="json"),
-            "verified_sources": ev.snapshot.verified_sources,
-        }
-        return ReleaseDecision(
-            content=content, release_outcome="PUBLISHED", fallback_type=None, evidence=ev, semantic=sem
-        )
+        content = {"content_type": content_type, key: ev.draft.model_dump(mode="json"), "verified_sources": ev.snapshot.verified_sources}
+        return ReleaseDecision(content=content, release_outcome="PUBLISHED", fallback_type=None, evidence=ev, semantic=sem)
     return ReleaseDecision(
         content=SafeFallbackFactory.build(kind, language, ev.snapshot.verified_sources),
         release_outcome="FALLBACK",
