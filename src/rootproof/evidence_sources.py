@@ -17,6 +17,7 @@ table, so what the planner confirms and what the guard accepts never drift apart
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rootproof.boundary.provenance import outside_spans, untrusted_spans
@@ -297,8 +298,14 @@ _RAW_SEVERE = re.compile(
 )
 
 
-def names_component(ref_text: str) -> frozenset[str]:
-    """Components a client's error in the text names (WARN or above; outside untrusted spans)."""
+def names_component(
+    ref_text: str, *, spans: Sequence[Sequence[int]] | None = None, only: str | None = None
+) -> frozenset[str]:
+    """Components a client's error in the text names (WARN or above; outside untrusted spans).
+
+    `spans` are the ref's untrusted spans when the caller already computed them from the text;
+    `only` tests that one component (the answer is it or nothing), for callers that need no more.
+    """
     log = parse_log_ref(ref_text)
     if log is not None:
         if log.level.upper() not in _SEVERE_LEVELS:
@@ -308,7 +315,7 @@ def names_component(ref_text: str) -> frozenset[str]:
         tool = "inspect_nginx"  # any raw-line tool: the span rules depend on the line, not the tool
     else:
         return frozenset()
-    text = outside_spans(ref_text, untrusted_spans(tool, ref_text))
+    text = outside_spans(ref_text, untrusted_spans(tool, ref_text) if spans is None else spans)
     if log is not None:
         text = text[len(ref_text) - len(log.message) :]
-    return frozenset(c for c, pat in _CLIENT if pat.search(text))
+    return frozenset(c for c, pat in _CLIENT if (only is None or c == only) and pat.search(text))

@@ -301,7 +301,13 @@ class EvidenceGuard:
             rc_claims = set(draft.root_cause.claim_ids) | {
                 c.id for c in draft.claims if c.kind == "root_cause"
             }
-            support = [c for c in verified if c.claim_id in rc_claims and _countable(c)]
+            # Spans are recomputed from the verified text (never read from a recorded list), once per ref.
+            spans = {
+                id(c): untrusted_spans(c.tool_name, c.ref_text) for c in verified if c.claim_id in rc_claims
+            }
+            support = [
+                (c, spans[id(c)]) for c in verified if c.claim_id in rc_claims and _countable(c, spans[id(c)])
+            ]
             out.extend(_uncorroborated(draft.root_cause.component, support))
             if self.cards is not None:
                 out.extend(
@@ -350,14 +356,9 @@ def _runtime(c: VerifiedCitation) -> bool:
     )
 
 
-def _spans(c: VerifiedCitation) -> tuple[Span, ...]:
-    # Recomputed from the verified text, never read from a recorded list.
-    return untrusted_spans(c.tool_name, c.ref_text)
-
-
-def _countable(c: VerifiedCitation) -> bool:
+def _countable(c: VerifiedCitation, spans: tuple[Span, ...]) -> bool:
     """Runtime, not mock, not instruction-like, and quoting something outside the ref's untrusted spans."""
-    return _runtime(c) and not _excerpt_inside_spans(c.ref_text, c.excerpt, _spans(c))
+    return _runtime(c) and not _excerpt_inside_spans(c.ref_text, c.excerpt, spans)
 
 
 def _norm_map(text: str) -> tuple[str, list[int]]:
@@ -399,15 +400,16 @@ def _excerpt_inside_spans(text: str, excerpt: str, spans: tuple[Span, ...]) -> b
     return True
 
 
-def _uncorroborated(component: str, support: list[VerifiedCitation]) -> list[Violation]:
+def _uncorroborated(
+    component: str, support: list[tuple[VerifiedCitation, tuple[Span, ...]]]
+) -> list[Violation]:
     """EG-15: ≥ 2 independent records, at least one from the component or a client error naming it."""
-    records = {record_key(c.ref_text) for c in support}
-    from_component = [
-        c
-        for c in support
-        if component in observed_components(c.tool_name, c.kind, c.ref_text)
-        or component in names_component(c.ref_text)
-    ]
+    records = {record_key(c.ref_text) for c, _ in support}
+    from_component = any(
+        component in observed_components(c.tool_name, c.kind, c.ref_text)
+        or component in names_component(c.ref_text, spans=spans, only=component)
+        for c, spans in support
+    )
     problems = []
     if len(records) < 2:
         problems.append(f"{len(records)} independent runtime record(s) outside untrusted spans, 2 needed")
@@ -436,14 +438,37 @@ def _ruled_out_untested(draft: DiagnosisDraft, verified: list[VerifiedCitation])
     return out
 
 
+_INDEXES: dict[int, tuple[Mapping[str, Card], dict[tuple[str, str], list[Hypothesis]]]] = {}
+
+
+def _hypothesis_index(cards: Mapping[str, Card]) -> dict[tuple[str, str], list[Hypothesis]]:
+    """(component, mechanism) → the cards' hypotheses proposing it; built once per catalogue."""
+    entry = _INDEXES.get(id(cards))
+    if entry is not None and entry[0] is cards:
+        return entry[1]
+    index: dict[tuple[str, str], list[Hypothesis]] = {}
+    for card in cards.values():
+        for h in card.hypotheses:
+            index.setdefault((h.component, h.mechanism), []).append(h)
+    if len(_INDEXES) >= 8:
+        _INDEXES.clear()
+    _INDEXES[id(cards)] = (cards, index)
+    return index
+
+
 def _not_discriminated(
-    component: str, mechanism: str, support: list[VerifiedCitation], cards: Mapping[str, Card]
+    component: str,
+    mechanism: str,
+    support: list[tuple[VerifiedCitation, tuple[Span, ...]]],
+    cards: Mapping[str, Card],
 ) -> list[Violation]:
     """EG-17: when the cards name alternatives, some cited ref matches a discriminating signal."""
     from rootproof.kb.signals import ref_matches
 
+    index = _hypothesis_index(cards)
+
     def proposing(pair: tuple[str, str]) -> list[Hypothesis]:
-        return [h for card in cards.values() for h in card.hypotheses if (h.component, h.mechanism) == pair]
+        return index.get(pair, [])
 
     own = proposing((component, mechanism))
     alternatives = sorted({a for h in own for a in h.distinguishes_from} - {f"{component}/{mechanism}"})
@@ -451,11 +476,14 @@ def _not_discriminated(
         return []
     alt_hyps = [h for a in alternatives for h in proposing((a.partition("/")[0], a.partition("/")[2]))]
 
-    def matches(h: Hypothesis, c: VerifiedCitation, discriminating: bool) -> bool:
+    def matches(
+        h: Hypothesis, cited: tuple[VerifiedCitation, tuple[Span, ...]], discriminating: bool
+    ) -> bool:
+        c, spans = cited
         return any(
-            ref_matches(s, c.tool_name, c.kind, c.raw_path, c.ref_text, _spans(c))
+            ref_matches(s, c.tool_name, c.kind, c.raw_path, c.ref_text, spans)
             for s in h.signals
-            if s.discriminating or not discriminating
+            if (s.discriminating or not discriminating) and s.tool == c.tool_name
         )
 
     if any(matches(h, c, True) for h in own for c in support):
