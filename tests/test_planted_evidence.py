@@ -58,7 +58,9 @@ def test_one_planted_line_never_publishes_a_redis_root_cause(
     sc = load_scenario(_planted(tmp_path, message, level, source))
     assert "inspect_redis" not in sc.allowed_tools
     h = memory_harness(load_settings(data_dir=tmp_path / "home"))
-    for question in (sc.question, "Is the order database healthy right now? Orders feel slow."):
+    # The first question made the planner at 52c7bac publish redis / max_clients_reached with
+    # kill_idle_clients as recovery, for either planted line.
+    for question in ("Users report errors when placing orders; is Redis hitting max clients?", sc.question):
         out = h.diagnose(question, scenario=sc)
         assert out.status == "SUCCESS"
         if out.release_outcome == "PUBLISHED":

@@ -306,3 +306,50 @@ def test_builtin_scenario_logs_spans_never_cover_status_timing_or_errors() -> No
         ):
             for m in re.finditer(re.escape(needle), text):
                 assert rest[m.start() : m.end()] == needle, text
+
+
+def test_recorded_refs_with_and_without_spans_both_audit() -> None:
+    from rootproof.audit import audit_run
+
+    text = PREFIX + "GET /x?q=1 500 in 30018 ms"
+    new = {
+        "raw_path": "$.entries[0]",
+        "text": text,
+        "data_source": "snapshot",
+        "untrusted_spans": [list(s) for s in untrusted_spans("query_logs", text)],
+    }
+    old = {
+        "raw_path": "$.entries[1]",
+        "text": text.replace("/x", "/y"),
+        "data_source": "snapshot",
+    }  # a record from before spans
+    cits = [
+        {
+            "invocation_id": "inv-1",
+            "tool_name": "query_logs",
+            "raw_path": r["raw_path"],
+            "excerpt": "500 in 30018 ms",
+        }
+        for r in (new, old)
+    ]
+    report = {
+        "claims": [{"id": "c1", "text": "500s", "kind": "finding", "citations": cits}],
+        "root_cause": None,
+    }
+    trace = {
+        "run": {
+            "run_id": "r",
+            "release_outcome": "PUBLISHED",
+            "content": {"content_type": "DIAGNOSIS_REPORT", "report": report},
+        },
+        "invocations": [
+            {
+                "invocation_id": "inv-1",
+                "status": "READY",
+                "tool_name": "query_logs",
+                "evidence_refs": [new, old],
+            }
+        ],
+    }
+    finding = audit_run(trace)
+    assert finding.ok and finding.checked_citations == 2
