@@ -72,6 +72,7 @@ BROAD = {
 }
 _STOP_CODES = {"SCOPE_SATURATED", "BUDGET_EXHAUSTED", "TOOL_NOT_ALLOWED", "CIRCUIT_OPEN"}
 _CARD_ID = re.compile(r"^\[([a-z0-9-]+)\]")
+_EXCEPTION = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Exception|Error)\b")
 
 _LABELS_ZH = {
     "row_lock_contention": "行锁争用", "deadlock": "死锁", "connection_exhaustion": "连接耗尽", "pool_leak": "连接池泄漏",
@@ -404,38 +405,62 @@ class OfflinePlanner:
                 calls.append(ToolCall(id=f"s{step}-{label}", name="query_logs", arguments=args_log))
                 used["query_logs"] = used.get("query_logs", 0) + 1
                 total += 1
-        ranked, best, runner, confirmed, _ = self._verdict(candidates)
+        ranked, _, _, confirmed, _ = self._verdict(candidates)
+        # The leading hypothesis by weight, even when its evidence is all shared with an alternative.
+        best = ranked[0] if ranked else None
         can_lookup = "lookup_knowledge" in offered and "lookup_knowledge" not in blocked
         asked = " ".join(str(o.args.get("query", "")) for o in lookups)
-        # While nothing is confirmed: ask the knowledge base about what was seen and not yet asked
-        # about (the most severe messages, recent changes, the metrics that moved).
-        if can_lookup and not confirmed and len(lookups) < MAX_CALLS_PER_TOOL:
+        # While nothing is confirmed, or nothing seen tells the leader apart: ask the knowledge base
+        # about what was seen and not yet asked about (the most severe messages, recent changes,
+        # the metrics that moved).
+        undiscriminated = best is not None and not any(s.discriminating for s, _ in best.hits)
+        repeat_query = ""
+        if can_lookup and (not confirmed or undiscriminated) and len(lookups) < MAX_CALLS_PER_TOOL:
             lines = self._error_lines(observations, asked)
-            if lines:
+            # Messages that only repeat, with other numbers, what was asked already wait until no
+            # differential lookup is left to make.
+            asked_shape = re.sub(r"\d+", "#", asked)
+            repeat = [ln for ln in lines if re.sub(r"\d+", "#", ln) not in asked_shape] == []
+            if lines and not repeat:
                 calls.append(ToolCall(id=f"s{step}-k", name="lookup_knowledge", arguments={"query": " ".join(lines)[:1000], "top_k": LOOKUP_TOP_K}))
+            elif lines:
+                repeat_query = " ".join(lines)[:1000]
         # Differential lookups: knowledge about what the leading hypothesis must be told apart from
         # (one lookup per alternative not yet among the candidates), and about the leading
-        # hypothesis itself when only a general card proposed it; while it is not yet confirmed
-        # or the runtime evidence is not all in view.
-        if best is not None and best.strong and can_lookup:
+        # hypothesis itself when only a general card proposed it or it is not confirmed; while it is not yet confirmed,
+        # the runtime evidence is not all in view, or nothing seen tells it apart.
+        # They wait for a lookup of the evidence issued in this step: what it brings is not asked again.
+        asked_evidence = any(c.id == f"s{step}-k" for c in calls)
+        if best is not None and best.seen > 0 and can_lookup and not asked_evidence:
             incomplete = any(o.omitted for o in observations if o.tool != "lookup_knowledge") or any(t.startswith("inspect_") for t in offered)
             keys = {c.key for c in candidates}
             general = all(len(self.kb.cards[cid].hypotheses) > 2 for cid in best.cards if cid in self.kb.cards)
-            targets = ([best.key] if general else []) + [p for p in best.distinguishes_from if p not in keys]
+            alts = [p for p in best.distinguishes_from if p not in keys] if best.strong else []
+            # Alternatives that a client error in the evidence names come first.
+            named = self._named(observations)
+            alts.sort(key=lambda p: p.partition("/")[0] not in named)
+            targets = alts + ([best.key] if (general and best.strong) or not confirmed else [])
+            # (While none of its seen signals discriminates, an alternative whose card is not in
+            # view yet may share every one of them.)
             for pair in targets:
-                if not (not confirmed or incomplete) or len(lookups) + sum(1 for c in calls if c.name == "lookup_knowledge") >= MAX_CALLS_PER_TOOL:
+                if not (not confirmed or incomplete or undiscriminated) or len(lookups) + sum(1 for c in calls if c.name == "lookup_knowledge") >= MAX_CALLS_PER_TOOL:
                     break
                 args_dx: dict[str, Any] = {"query": _label(pair.partition("/")[0], pair.partition("/")[2], False), "top_k": LOOKUP_TOP_K}
                 key = json.dumps(["lookup_knowledge", args_dx], sort_keys=True)
                 if key not in done:
                     done.add(key)
                     calls.append(ToolCall(id=f"s{step}-dx{len(calls)}", name="lookup_knowledge", arguments=args_dx))
+        if repeat_query and not any(c.name == "lookup_knowledge" for c in calls):
+            calls.append(ToolCall(id=f"s{step}-k", name="lookup_knowledge", arguments={"query": repeat_query, "top_k": LOOKUP_TOP_K}))
         used["lookup_knowledge"] = used.get("lookup_knowledge", 0) + sum(1 for c in calls if c.name == "lookup_knowledge")
         total += sum(1 for c in calls if c.name == "lookup_knowledge")
         groups: dict[tuple[str, str | None], list[Signal]] = {}
         # While knowledge is still being looked up, spend runtime calls only on hypotheses that
         # already have strong evidence; the others wait for the cards the lookup may bring.
-        pursue = [c for c in ranked if c.strong] if calls else ranked
+        # A hypothesis whose own knowledge is being looked up waits for it too (its card may name
+        # the signals worth the remaining calls).
+        self_looked = {str(c.arguments.get("query")) for c in calls if c.name == "lookup_knowledge"}
+        pursue = [c for c in ranked if c.strong and _label(c.component, c.mechanism, False) not in self_looked] if calls else ranked
         for c in pursue:
             for s in sorted(c.unobservable, key=lambda s: -s.weight):
                 if s.tool in offered and s.tool not in blocked:
@@ -482,10 +507,23 @@ class OfflinePlanner:
         return calls
 
     @staticmethod
+    def _named(observations: list[Observation]) -> frozenset[str]:
+        """The components that client errors in the runtime evidence name (outside untrusted spans)."""
+        out: set[str] = set()
+        for o in observations:
+            if o.tool == "lookup_knowledge" or not o.ready:
+                continue
+            for ref in o.refs:
+                if ref.get("raw_path") != "$.no_evidence" and not ref.get("instruction_like"):
+                    out |= names_component(str(ref.get("text", "")))
+        return frozenset(out)
+
+    @staticmethod
     def _error_lines(observations: list[Observation], asked: str = "") -> list[str]:
         """The first lines of the most severe messages, and the metrics that moved: a second lookup's query."""
         ranked: list[tuple[int, str]] = []
         metrics: list[str] = []
+        exceptions: list[str] = []
         sev = (("FATAL", 0), ("PANIC", 0), ("ERROR", 1), ("[error]", 1), ("[crit]", 0), ("[emerg]", 0), ("[alert]", 0), ("WARN", 2), ("[warn]", 2))
         for o in observations:
             if o.tool == "lookup_knowledge" or not o.ready:
@@ -510,10 +548,17 @@ class OfflinePlanner:
                     continue
                 msg = first.split("] ", 1)[-1] if o.tool == "query_logs" else first
                 msg = re.sub(r"^\S+ \S+ (UTC )?\[\d+\] ", "", msg)[:140]
-                if msg not in asked and all(msg != m for _, m in ranked):
+                # One message once, whatever its numbers (each timeout's duration and queue length).
+                shape = re.sub(r"\d+", "#", msg)
+                if msg not in asked and all(shape != re.sub(r"\d+", "#", m) for _, m in ranked):
                     ranked.append((rank, msg))
+                # The exceptions an error names anywhere in it (a cause at the end of the line or in
+                # its stack trace): exact identifiers for the knowledge base's identifier index.
+                for exc in _EXCEPTION.findall(text):
+                    if exc not in asked and exc not in msg and exc not in exceptions:
+                        exceptions.append(exc)
         ranked.sort(key=lambda rm: rm[0])
-        return [m for _, m in ranked[:3]] + metrics[:3]
+        return [m for _, m in ranked[:3]] + exceptions[:3] + metrics[:3]
 
     # -- the draft -------------------------------------------------------------------------
     def _draft(self, question: str, candidates: list[Candidate], observations: list[Observation]) -> dict[str, Any]:
