@@ -413,7 +413,14 @@ class OfflinePlanner:
         # While nothing is confirmed, or nothing seen tells the leader apart: ask the knowledge base
         # about what was seen and not yet asked about (the most severe messages, recent changes,
         # the metrics that moved).
-        undiscriminated = best is not None and not any(s.discriminating for s, _ in best.hits)
+        # Nothing seen tells the leader apart, and a client error names the component of an
+        # alternative its cards name: that alternative's knowledge must be in view.
+        named = self._named(observations)
+        undiscriminated = (
+            best is not None
+            and not any(s.discriminating for s, _ in best.hits)
+            and any(p.partition("/")[0] in named - {best.component} for p in best.distinguishes_from)
+        )
         repeat_query = ""
         if can_lookup and (not confirmed or undiscriminated) and len(lookups) < MAX_CALLS_PER_TOOL:
             lines = self._error_lines(observations, asked)
@@ -437,7 +444,6 @@ class OfflinePlanner:
             general = all(len(self.kb.cards[cid].hypotheses) > 2 for cid in best.cards if cid in self.kb.cards)
             alts = [p for p in best.distinguishes_from if p not in keys] if best.strong else []
             # Alternatives that a client error in the evidence names come first.
-            named = self._named(observations)
             alts.sort(key=lambda p: p.partition("/")[0] not in named)
             targets = alts + ([best.key] if (general and best.strong) or not confirmed else [])
             # (While none of its seen signals discriminates, an alternative whose card is not in
@@ -459,7 +465,7 @@ class OfflinePlanner:
         # already have strong evidence; the others wait for the cards the lookup may bring.
         # A hypothesis whose own knowledge is being looked up waits for it too (its card may name
         # the signals worth the remaining calls).
-        self_looked = {str(c.arguments.get("query")) for c in calls if c.name == "lookup_knowledge"}
+        self_looked = {str(c.arguments.get("query")) for c in calls if c.name == "lookup_knowledge" and isinstance(c.arguments, dict)}
         pursue = [c for c in ranked if c.strong and _label(c.component, c.mechanism, False) not in self_looked] if calls else ranked
         for c in pursue:
             for s in sorted(c.unobservable, key=lambda s: -s.weight):
