@@ -441,11 +441,14 @@ class OfflinePlanner:
         if best is not None and best.seen > 0 and can_lookup and not asked_evidence:
             incomplete = any(o.omitted for o in observations if o.tool != "lookup_knowledge") or any(t.startswith("inspect_") for t in offered)
             keys = {c.key for c in candidates}
-            general = all(len(self.kb.cards[cid].hypotheses) > 2 for cid in best.cards if cid in self.kb.cards)
+            general = self._general(best)
             alts = [p for p in best.distinguishes_from if p not in keys] if best.strong else []
             # Alternatives that a client error in the evidence names come first.
             alts.sort(key=lambda p: p.partition("/")[0] not in named)
-            targets = alts + ([best.key] if (general and best.strong) or not confirmed else [])
+            # A strongly seen rival known only from a general card is looked up too, so that it is
+            # weighed with all its signals.
+            rivals = [c.key for c in ranked[1:] if c.strong and self._general(c)]
+            targets = alts + ([best.key] if (general and best.strong) or not confirmed else []) + rivals
             # (While none of its seen signals discriminates, an alternative whose card is not in
             # view yet may share every one of them.)
             for pair in targets:
@@ -511,6 +514,10 @@ class OfflinePlanner:
             total += 1
             calls.append(ToolCall(id=f"s{step}-{len(calls)}", name=tool, arguments=args))
         return calls
+
+    def _general(self, c: Candidate) -> bool:
+        """Whether only general cards (more than two hypotheses each) propose `c`."""
+        return all(len(self.kb.cards[cid].hypotheses) > 2 for cid in c.cards if cid in self.kb.cards)
 
     @staticmethod
     def _named(observations: list[Observation]) -> frozenset[str]:
@@ -636,7 +643,8 @@ class OfflinePlanner:
                 cits = [cite(h, signal_strings(sg)) for sg, hs in eff_hits[:4] for h in hs[:2]]
                 cid = add_claim(text, "finding", cits[:8])
                 hypotheses.append({"statement": f"{elabel} ({'由 ' + label + ' 引起' if zh else 'explained by ' + label})", "component": eff.component, "mechanism": eff.mechanism, "status": "open", "claim_ids": [cid]})
-            alternatives = [c for c in ranked[1:] if c.seen + MARGIN <= best.seen and c not in effects]
+            # An alternative with a discriminating signal seen is not ruled out: it stays open.
+            alternatives = [c for c in ranked[1:] if c.seen + MARGIN <= best.seen and c not in effects and not any(s.discriminating for s, _ in c.hits)]
             seen_keys = {best.key} | {c.key for c in alternatives}
             extra = [p for p in best.distinguishes_from if p not in seen_keys]
             by_key = {c.key: c for c in candidates}
