@@ -90,7 +90,7 @@ def _observation(
                 "component": ruled_out[0],
                 "mechanism": ruled_out[1],
                 "status": "ruled_out",
-                "claim_ids": ["c2"],
+                "claim_ids": ["c1", "c2"],
             },
         ],
         "plan": [{"step": 0, "hypothesis": "named root cause", "tool": tool, "why": "look"}],
