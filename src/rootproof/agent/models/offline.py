@@ -369,7 +369,9 @@ class OfflinePlanner:
         gates = {c.key: self._gate(c, by_key) for c in ranked if c.seen > 0}
         contenders = [c for c in ranked if not gates.get(c.key, ([], False))[1]]
         best = contenders[0] if contenders else ranked[0]
-        runner = max((c.seen for c in contenders if c is not best), default=0.0)
+        # A rival resting on one record (one line, however often repeated) could never be a root
+        # cause itself, and does not block one.
+        runner = max((c.seen for c in contenders if c is not best and len(c.records) >= MIN_RECORDS), default=0.0)
         missing = list(gates.get(best.key, ([], False))[0])
         if best.seen < ROOT_THRESHOLD or not best.strong:
             missing.insert(0, (f"its signals weigh {best.seen:g} (a root cause needs {ROOT_THRESHOLD:g}, one of weight 2 or more)", f"信号权重 {best.seen:g}（根因需要 {ROOT_THRESHOLD:g}，且至少一个权重 ≥ 2 的信号）"))
