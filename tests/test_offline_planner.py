@@ -241,3 +241,51 @@ def test_a_shared_symptom_does_not_decide_the_root_cause(harness: Harness) -> No
     assert _rc(out) != "connection_pool/connection_exhaustion"
     assert _rc(out) == "dns/dns_resolution_failure", (out.draft.root_cause, out.draft.limitations)
     assert out.release_outcome == "PUBLISHED", out.evidence and out.evidence.codes
+
+
+def _candidate(
+    key: str, weight: float, lines: list[str], *, discriminating: bool = False, alts: list[str] | None = None
+) -> Any:
+    from rootproof.agent.models.evidence_view import Hit
+    from rootproof.agent.models.offline import Candidate, _record
+    from rootproof.kb.cards import Signal
+
+    comp, _, mech = key.partition("/")
+    sig = Signal.model_validate(
+        {"tool": "query_logs", "any": ["x"], "weight": weight, "discriminating": discriminating}
+    )
+    hits = [
+        Hit(invocation_id="i1", tool="query_logs", raw_path=f"$.entries[{i}]", text=t, data_source="snapshot")
+        for i, t in enumerate(lines)
+    ]
+    c = Candidate(component=comp, mechanism=mech, rank=0, signals=[sig], distinguishes_from=alts or [])
+    c.hits = [(sig, hits)]
+    c.seen = c.own = weight
+    c.records = {_record(h) for h in hits}
+    return c
+
+
+def test_a_rival_resting_on_one_record_does_not_block_a_corroborated_root_cause() -> None:
+    from rootproof.agent.models.offline import OfflinePlanner
+
+    planner = OfflinePlanner.__new__(OfflinePlanner)
+    lead = _candidate(
+        "postgresql/row_lock_contention",
+        3,
+        [
+            "2026-01-01T00:00:01Z WARN postgres-main [postgresql.log] still waiting for ShareLock pid 1",
+            "2026-01-01T00:00:02Z WARN postgres-main [postgresql.log] still waiting for ShareLock pid 2",
+        ],
+        discriminating=True,
+    )
+    lone = _candidate(
+        "postgresql/replication_lag",
+        2,
+        ["2026-01-01T00:00:03Z ERROR app [app.log] canceling statement due to conflict with recovery"],
+    )
+    _, best, runner, confirmed, missing = planner._verdict([lead, lone])
+    assert best is lead and runner == 0 and confirmed, missing
+    # The same rival on two records blocks it: 3 does not lead 2 by the margin.
+    lone.records.add(("query_logs", "another record"))
+    _, _, _, confirmed, missing = planner._verdict([lead, lone])
+    assert not confirmed and "leads the runner-up" in missing[0][0]
