@@ -3,6 +3,9 @@
 Builds synthetic canonical `query_logs` invocations in an `InMemoryCanonicalStore` (about 1 MB
 of results in total), a draft of 10 claims × 2 citations quoting verbatim windows of their
 refs, and times `EvidenceGuard.check`, the `OfflineJudge` (SemanticGuard) and both together.
+The draft's root cause (Redis max clients, two claims citing two client errors) and one
+ruled-out alternative exercise the root-cause rules; the guard gets the built-in card catalogue
+when it takes one.
 
     .venv/bin/python bench/guard.py [--repeat N]
 """
@@ -10,6 +13,7 @@ refs, and times `EvidenceGuard.check`, the `OfflineJudge` (SemanticGuard) and bo
 from __future__ import annotations
 
 import argparse
+import inspect
 import random
 import time
 from datetime import UTC, datetime, timedelta
@@ -119,7 +123,55 @@ def build_draft(invs: list[CanonicalInvocation], rng: random.Random, citations: 
                 "citations": cits,
             }
         )
-    return {"answer_version": "diagnosis_draft_v1", "summary": "bench", "root_cause": None, "claims": claims}
+    draft: dict[str, Any] = {
+        "answer_version": "diagnosis_draft_v1",
+        "summary": "bench",
+        "root_cause": None,
+        "claims": claims,
+    }
+    redis = [(i, r) for i in invs for r in i.evidence_refs if "max number of clients reached" in r.text][:2]
+    pg = next((i, r) for i in invs for r in i.evidence_refs if " postgres-orders " in r.text)
+    for k, (inv, ref) in enumerate(redis):
+        ex = ref.text.split("] ", 1)[1].split("\n", 1)[0]
+        cit = {
+            "invocation_id": inv.invocation_id,
+            "tool_name": "query_logs",
+            "raw_path": ref.raw_path,
+            "excerpt": ex,
+        }
+        claims[k] = {"id": f"c{k + 1}", "text": f'Logs show "{ex}"', "kind": "root_cause", "citations": [cit]}
+    inv, ref = pg
+    ex = ref.text.split("] ", 1)[1].split("\n", 1)[0]
+    cit = {
+        "invocation_id": inv.invocation_id,
+        "tool_name": "query_logs",
+        "raw_path": ref.raw_path,
+        "excerpt": ex,
+    }
+    claims[2] = {"id": "c3", "text": f'Logs show "{ex}"', "kind": "finding", "citations": [cit]}
+    draft["root_cause"] = {
+        "component": "redis",
+        "mechanism": "max_clients_reached",
+        "culprit": "",
+        "claim_ids": ["c1", "c2"],
+    }
+    draft["hypotheses"] = [
+        {
+            "statement": "redis max clients",
+            "component": "redis",
+            "mechanism": "max_clients_reached",
+            "status": "confirmed",
+            "claim_ids": ["c1", "c2"],
+        },
+        {
+            "statement": "row locks",
+            "component": "postgresql",
+            "mechanism": "row_lock_contention",
+            "status": "ruled_out",
+            "claim_ids": ["c3"],
+        },
+    ]
+    return draft
 
 
 def main() -> None:
@@ -132,7 +184,12 @@ def main() -> None:
     store, invs = build_store(int(args.mb * 1_000_000), rng)
     total = sum(i.result_bytes for i in invs)
     draft = build_draft(invs, rng)
-    guard = EvidenceGuard(store)
+    if "cards" in inspect.signature(EvidenceGuard).parameters:
+        from rootproof.kb.cards import load_cards
+
+        guard = EvidenceGuard(store, cards=load_cards())  # type: ignore[call-arg,unused-ignore]
+    else:  # the guard before the card catalogue existed (for before/after figures)
+        guard = EvidenceGuard(store)
     judge = SemanticGuard(OfflineJudge(embed=encode))
     first = guard.check(draft, run_id=RUN_ID)
     assert first.passed and first.snapshot is not None and first.draft is not None, first.codes

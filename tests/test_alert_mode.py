@@ -182,28 +182,29 @@ def _cite(o: dict[str, Any], r: dict[str, Any], excerpt: str) -> dict[str, Any]:
     return {"invocation_id": o["invocation_id"], "tool_name": o["tool"], "raw_path": r["raw_path"], "excerpt": excerpt}
 
 
-def _one_claim_draft(requests: list[ModelRequest], needle: str, excerpt: str, claim: str, root_cause: dict[str, Any]) -> dict[str, Any]:
-    """A draft whose root cause rests on one claim quoting `excerpt` from the ref that contains `needle`."""
-    o, r = _ref(requests, needle)
+def _one_claim_draft(requests: list[ModelRequest], quotes: list[tuple[str, str]], claim: str, root_cause: dict[str, Any]) -> dict[str, Any]:
+    """A draft whose root cause rests on one claim quoting each (needle, excerpt): the excerpt from
+    the ref that contains the needle (two independent records, as the EvidenceGuard requires)."""
+    cits = [_cite(*_ref(requests, needle), excerpt) for needle, excerpt in quotes]
     return {
         "summary": f"{root_cause['component']} {root_cause['mechanism']}",
         "root_cause": {**root_cause, "claim_ids": ["c1"]},
-        "claims": [{"id": "c1", "text": claim, "kind": "root_cause", "citations": [_cite(o, r, excerpt)]}],
+        "claims": [{"id": "c1", "text": claim, "kind": "root_cause", "citations": cits}],
     }
 
 
 def _related_draft(requests: list[ModelRequest]) -> dict[str, Any]:
     """Diagnoses the related alert (report-worker's full disk) instead of the primary one."""
-    excerpt = "report-worker [report-worker.log] export job 8812 failed: OSError: [Errno 28] No space left on device"
-    claim = 'report-worker logs "export job 8812 failed: OSError: [Errno 28] No space left on device"'
-    return _one_claim_draft(requests, "No space left on device", excerpt, claim, {"component": "disk", "mechanism": "disk_full", "culprit": "report-worker /var/spool/reports"})
+    quotes = [(f"export job {j} failed", f"report-worker [report-worker.log] export job {j} failed: OSError: [Errno 28] No space left on device") for j in (8812, 8813)]
+    claim = 'report-worker logs "export job 8812 failed: OSError: [Errno 28] No space left on device" and "export job 8813 failed: OSError: [Errno 28] No space left on device"'
+    return _one_claim_draft(requests, quotes, claim, {"component": "disk", "mechanism": "disk_full", "culprit": "report-worker /var/spool/reports"})
 
 
 def _linked_draft(requests: list[ModelRequest]) -> dict[str, Any]:
-    """Diagnoses the primary alert, citing only PostgreSQL's own log: linked by evidence."""
-    excerpt = "process 7344 still waiting for ShareLock on transaction 55120"
-    claim = f'PostgreSQL logs "{excerpt}"'
-    return _one_claim_draft(requests, "still waiting for ShareLock", excerpt, claim, {"component": "postgresql", "mechanism": "row_lock_contention", "culprit": "transaction 55120"})
+    """Diagnoses the primary alert, citing only PostgreSQL's own log (two waiting processes): linked by evidence."""
+    quotes = [(f"process {p} still waiting", f"process {p} still waiting for ShareLock on transaction 55120") for p in (7344, 7351)]
+    claim = 'PostgreSQL logs "process 7344 still waiting for ShareLock on transaction 55120" and "process 7351 still waiting for ShareLock on transaction 55120"'
+    return _one_claim_draft(requests, quotes, claim, {"component": "postgresql", "mechanism": "row_lock_contention", "culprit": "transaction 55120"})
 
 
 def _run(harness: Harness, draft: Any) -> Any:

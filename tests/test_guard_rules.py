@@ -43,7 +43,7 @@ def _edited(tmp_path: Path, edit: object) -> Path:
 
 def test_a_file_that_drops_a_check_is_refused(tmp_path: Path) -> None:
     path = _edited(tmp_path, lambda d: d["evidence_guard"].pop())
-    with pytest.raises(ConfigError, match=r"evidence_guard: the rules must name every check exactly \(missing CLAIM_REF_UNKNOWN\)"):
+    with pytest.raises(ConfigError, match=r"evidence_guard: the rules must name every check exactly \(missing ROOT_CAUSE_NOT_DISCRIMINATED\)"):
         load_rule_set(path).section("evidence_guard", ViolationCode)
 
 

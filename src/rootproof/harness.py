@@ -429,6 +429,7 @@ class Harness:
             content_type="KNOWLEDGE_ANSWER" if knowledge else "DIAGNOSIS_REPORT",
             root_cause_rules=not knowledge,
             taxonomy=self.taxonomy(),
+            cards=self._kb.cards if self._kb is not None else None,
         )
         out.draft, out.evidence, out.semantic = loop.draft, decision.evidence, decision.semantic
         record.self_evaluation = {

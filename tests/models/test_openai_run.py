@@ -30,14 +30,15 @@ def _draft_from_tool_result(body: dict[str, Any], reasoning: str | None = None) 
     """Turn 2: read the observation the client relayed and submit a draft citing it verbatim."""
     tool_msgs = [m for m in body["messages"] if m["role"] == "tool"]
     obs = json.loads(tool_msgs[0]["content"])
-    ref = next(r for r in obs["refs"] if r["raw_path"] != "$.no_evidence")
-    excerpt = ref["text"][:160]
+    # Two independent records (the guard's ROOT_CAUSE_UNCORROBORATED), both from the database's log.
+    refs = [r for r in obs["refs"] if r["raw_path"] != "$.no_evidence"][:2]
+    excerpts = [r["text"][:160] for r in refs]
     draft = {
         "summary": "Row lock waits in PostgreSQL.",
         "root_cause": {"component": "postgresql", "mechanism": "row_lock_contention", "culprit": "", "claim_ids": ["c1"]},
         "claims": [
-            {"id": "c1", "text": f'PostgreSQL logs: "{excerpt}"', "kind": "root_cause",
-             "citations": [{"invocation_id": obs["invocation_id"], "tool_name": "query_logs", "raw_path": ref["raw_path"], "excerpt": excerpt}]}
+            {"id": "c1", "text": "PostgreSQL logs: " + " and ".join(f'"{e}"' for e in excerpts), "kind": "root_cause",
+             "citations": [{"invocation_id": obs["invocation_id"], "tool_name": "query_logs", "raw_path": r["raw_path"], "excerpt": e} for r, e in zip(refs, excerpts, strict=True)]}
         ],
     }
     return completion(reasoning_content=reasoning, tool_calls=[{"id": "call_2", "name": "submit_draft", "arguments": json.dumps(draft)}])

@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from rootproof.boundary.provenance import untrusted_spans
 from rootproof.boundary.safety import is_instruction_like, redact, redact_value
 from rootproof.boundary.store import CanonicalInvocation, CanonicalStore, InvocationStatus
 from rootproof.boundary.views import audit_record, control_view, model_observation
@@ -392,6 +393,7 @@ class ToolBoundary:
                     text=text,
                     data_source=ref_sources.get(path, data_source),
                     instruction_like=is_instruction_like(text),
+                    untrusted_spans=untrusted_spans(tool.name, text),
                 )
             )
         if not refs and evidence_status != EvidenceStatus.DEDUPLICATED:

@@ -13,6 +13,7 @@ __all__ = ["register"]
 def register(eval_app: typer.Typer) -> None:
     """Add the evaluation commands to `eval_app`."""
     _register_snapshot(eval_app)
+    _register_adversarial(eval_app)
 
     @eval_app.command("guard")
     def guard(
@@ -187,3 +188,85 @@ def _register_snapshot(eval_app: typer.Typer) -> None:
     eval_app.command("snapshot")(guarded(_snapshot))
     eval_app.command("list")(guarded(_list))
     eval_app.command("show")(guarded(_show))
+
+
+# -- adversarial evidence benchmark: `eval adversarial` -----------------------------------------
+
+
+def _csv(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def _adversarial(
+    seed: Annotated[int, typer.Option("--seed", help="Seed of every mutation.")] = 0,
+    json_file: Annotated[
+        Path | None,
+        typer.Option("--json", help="Write the JSON summary to FILE (else stdout).", metavar="FILE"),
+    ] = None,
+    jobs: Annotated[
+        int, typer.Option("--jobs", help="Worker processes (every run happens in a worker).")
+    ] = 2,
+    scenarios: Annotated[
+        str | None, typer.Option("--scenarios", help="Comma-separated built-in ids (default: all).")
+    ] = None,
+    mutations: Annotated[
+        str | None, typer.Option("--mutations", help="Comma-separated mutation kinds (default: all).")
+    ] = None,
+    variants: Annotated[int, typer.Option("--variants", help="Variants of each kind per scenario.")] = 3,
+) -> None:
+    """Plant wrong mechanisms' signals and instructions in the evidence; count false-confident runs.
+
+    Exits 0 when the benchmark ran, whatever it found (`targets.met` in the JSON says whether
+    every target held); 2 on bad options; 1 only on an internal failure.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from rootproof.cli import emit_json, err
+    from rootproof.eval.adversarial import run_adversarial
+    from rootproof.settings import load_settings
+
+    bar = Progress(
+        TextColumn("[bold]adversarial[/bold]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+    )
+    task = bar.add_task("runs", total=None)
+
+    def advance(done: int, total: int) -> None:
+        if not bar.live.is_started:
+            bar.start()
+        bar.update(task, completed=done, total=total)
+
+    try:
+        summary = run_adversarial(
+            settings=load_settings(),
+            seed=seed,
+            jobs=jobs,
+            variants=variants,
+            scenarios=_csv(scenarios),
+            kinds=_csv(mutations),
+            progress=advance,
+        )
+    finally:
+        bar.stop()
+    for kind, row in summary["by_mutation"].items():
+        err.print(
+            f"{kind:<24} runs {row['runs']:>4}  false-confident {row['false_confident']:>3}  "
+            f"survived {row['survived']:>3}/{row['fault_runs']}"
+        )
+    err.print(
+        f"adversarial seed {summary['seed']}: {summary['runs']} runs ({summary['fault_runs']} fault, "
+        f"{summary['control_runs']} control), false-confident {summary['false_confident']}, "
+        f"survived {summary['survived']} (rate {summary['survived_rate']}), errors {summary['errors']}, "
+        f"{summary['seconds']} s, jobs {summary['jobs']}; targets met: {summary['targets']['met']}"
+    )
+    emit_json(summary, json_file)
+
+
+def _register_adversarial(eval_app: typer.Typer) -> None:
+    """Add `adversarial` (the adversarial evidence benchmark)."""
+    from rootproof.cli import guarded
+
+    eval_app.command("adversarial")(guarded(_adversarial))

@@ -42,11 +42,12 @@ from rootproof.eval.guard_sources import (
 )
 from rootproof.guard.release import release_draft
 from rootproof.guard.semantic import OfflineJudge, SemanticGuard
+from rootproof.kb.cards import Card, load_cards
 
 __all__ = ["MUTATIONS", "BenchCase", "RecordedRun", "guard_command", "run_guard_benchmark"]
 
 
-def _release(case: BenchCase, store: CanonicalStore, semantic: SemanticGuard) -> None:
+def _release(case: BenchCase, store: CanonicalStore, semantic: SemanticGuard, cards: dict[str, Card]) -> None:
     t0 = time.perf_counter()
     case.decision = release_draft(
         case.draft,
@@ -54,6 +55,7 @@ def _release(case: BenchCase, store: CanonicalStore, semantic: SemanticGuard) ->
         store=case.store or store,
         semantic=semantic,
         language=case.language,
+        cards=cards,
     )
     case.seconds = time.perf_counter() - t0
 
@@ -91,12 +93,16 @@ def run_guard_benchmark(
 
     rng = random.Random(seed)
     runs, store = collect_runs(progress, scenario_ids=scenario_ids, injected=injected_runs)
+    from rootproof.settings import load_settings
+
+    cards_dir = load_settings().cards_dir
+    cards = load_cards([cards_dir] if cards_dir else [])  # the catalogue the harness hands the guard
     semantic = SemanticGuard(OfflineJudge(embed=encode))
     encode(["warm-up"])  # load the encoder before timing
     paraphrases = 6
     valid = _valid_cases(runs, rng, paraphrases)
     for case in valid:
-        _release(case, store, semantic)
+        _release(case, store, semantic, cards)
     published = [c for c in valid if c.decision is not None and c.decision.release_outcome == "PUBLISHED"]
     rejected = [c for c in valid if c not in published]
     n_kind = (
@@ -108,7 +114,7 @@ def run_guard_benchmark(
         progress(
             f"{len(valid)} valid drafts ({len(rejected)} refused); {n_kind} mutations of each of {len(MUTATIONS)} kinds"
         )
-    ctx = _Ctx(runs=runs, store=store, rng=rng)
+    ctx = _Ctx(runs=runs, store=store, rng=rng, cards=cards)
     mutated: list[BenchCase] = []
     shortfall: dict[str, int] = {}
     for kind, expected in MUTATIONS.items():
@@ -135,7 +141,7 @@ def run_guard_benchmark(
                 claim_id=claim_id,
                 store=mstore,
             )
-            _release(case, store, semantic)
+            _release(case, store, semantic, cards)
             mutated.append(case)
             made += 1
         if made < n_kind:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rootproof.boundary.provenance import record_key, untrusted_spans
 from rootproof.boundary.store import (
     CanonicalInvocation,
     CanonicalStore,
@@ -31,6 +32,8 @@ from rootproof.eval.guard_sources import (
     _positive_refs,
     choose_excerpt,
 )
+from rootproof.evidence_sources import names_component, observed_components
+from rootproof.kb.cards import Card, Hypothesis
 from rootproof.tools.base import TOOLS
 from rootproof.tools.refs import NO_EVIDENCE_PATH, EvidenceRef, normalize_text
 
@@ -41,6 +44,8 @@ class _Ctx:
     store: InMemoryCanonicalStore
     rng: random.Random
     entities: dict[str, set[str]] = field(default_factory=dict)
+    cards: dict[str, Card] = field(default_factory=dict)
+    """The card catalogue the guard gets (for ROOT_CAUSE_NOT_DISCRIMINATED)."""
 
 
 Mutator = Callable[[BenchCase, _Ctx], tuple[Draft, str | None, CanonicalStore | None] | None]
@@ -490,6 +495,211 @@ def _cause_invented(claim: dict[str, Any], case: BenchCase, ctx: _Ctx) -> str | 
     return text + ("，" + zh if case.language == "zh" else " " + en)
 
 
+def _kind_of(inv: CanonicalInvocation) -> str | None:
+    k = inv.arguments.get("kind") if isinstance(inv.arguments, dict) else None
+    return str(k) if k else None
+
+
+def _countable_refs(run: RecordedRun) -> list[tuple[CanonicalInvocation, EvidenceRef]]:
+    """Runtime refs the new root-cause rules count: not mock, knowledge, instruction-like or $.no_evidence."""
+    return [(i, r) for i, r in _positive_refs(run) if r.data_source != "mock"]
+
+
+def _outside_excerpt(inv: CanonicalInvocation, ref: EvidenceRef, rng: random.Random) -> str:
+    """A verbatim excerpt with letters outside the ref's untrusted spans (a careful agent's quote)."""
+    spans = untrusted_spans(inv.tool_name, ref.text)
+    for _ in range(8):
+        ex = choose_excerpt(inv, ref, rng, headline=True)
+        start = ref.text.find(ex)
+        if start < 0 or not spans:
+            return ex
+        if any(ch.isalnum() and not any(s <= start + k < e for s, e in spans) for k, ch in enumerate(ex)):
+            return ex
+    return ref.text.strip()
+
+
+def _replace_root_cause(d: Draft, claims: list[dict[str, Any]]) -> None:
+    """The root cause (same component and mechanism) now rests only on `claims`."""
+    old = set(d["root_cause"]["claim_ids"])
+    for c in d["claims"]:
+        if c["kind"] == "root_cause":
+            c["kind"] = "finding"
+    d["claims"] = [c for c in d["claims"] if c["id"] not in old]
+    for cl in claims:
+        cl["id"] = f"m{len(d['claims']) + 1}"
+        d["claims"].append(cl)
+    d["root_cause"]["claim_ids"] = [c["id"] for c in claims]
+    for h in d.get("hypotheses") or []:
+        h["claim_ids"] = [cid for cid in h["claim_ids"] if cid not in old]
+        if h["status"] == "confirmed":
+            h["claim_ids"] = d["root_cause"]["claim_ids"] + h["claim_ids"]
+
+
+def _m_uncorroborated(case: BenchCase, ctx: _Ctx) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    """The root cause rests on one record: one ref quoted twice, or the same line at another time."""
+    if not case.draft.get("root_cause") or case.run.mock:
+        return None
+    d = copy.deepcopy(case.draft)
+    rc = d["root_cause"]
+    rc_cits = [
+        cit
+        for c in d["claims"]
+        if c["id"] in rc["claim_ids"] or c["kind"] == "root_cause"
+        for cit in c["citations"]
+    ]
+    found = [(cit, _ref_of(ctx.store, cit)) for cit in rc_cits if cit["raw_path"] != NO_EVIDENCE_PATH]
+    runtime = [
+        (cit, f)
+        for cit, f in found
+        if f is not None and f[1].data_source not in ("mock", "knowledge") and not f[1].instruction_like
+    ]
+    if not runtime:
+        return None
+    cit, (inv, ref) = ctx.rng.choice(runtime)
+    ex = _outside_excerpt(inv, ref, ctx.rng)
+    label = f"{rc['component']}/{rc['mechanism']}"
+    text = ("根因（{l}）：“{ex}”" if case.language == "zh" else 'Root cause ({l}): "{ex}"').format(
+        l=label, ex=ex
+    )
+    claims: list[dict[str, Any]] = [
+        {"id": "", "text": text, "kind": "root_cause", "citations": [_cite(inv, ref, ex)]}
+    ]
+    if ctx.rng.random() < 0.5:
+        # The same record again: the same ref quoted in a second claim.
+        again = ("同一条记录：“{ex}”" if case.language == "zh" else 'The same record: "{ex}"').format(ex=ex)
+        claims.append({"id": "", "text": again, "kind": "root_cause", "citations": [_cite(inv, ref, ex)]})
+    _replace_root_cause(d, claims)
+    return d, str(claims[0]["id"]), None
+
+
+_ALTERNATIVES = [
+    ("redis", "max_clients_reached", "Redis max clients reached", "Redis 连接数达到上限"),
+    ("dns", "dns_resolution_failure", "DNS resolution failure", "DNS 解析失败"),
+    ("tls", "certificate_expired", "an expired certificate", "证书过期"),
+    ("disk", "disk_full", "a full disk", "磁盘已满"),
+    ("network", "network_partition", "a network partition", "网络分区"),
+    ("jvm", "gc_pause", "long GC pauses", "GC 停顿"),
+    ("postgresql", "row_lock_contention", "PostgreSQL row lock contention", "PostgreSQL 行锁竞争"),
+    ("message_queue", "queue_backlog", "a message queue backlog", "消息队列积压"),
+    ("mysql", "connection_exhaustion", "MySQL connection exhaustion", "MySQL 连接耗尽"),
+    ("kubernetes", "oom_kill", "an OOM kill", "OOM 杀进程"),
+]
+
+
+def _m_ruled_out_untested(
+    case: BenchCase, ctx: _Ctx
+) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    """An alternative written ruled_out on a ref from a source that cannot observe its component."""
+    d = copy.deepcopy(case.draft)
+    refs = _countable_refs(case.run)
+    if not refs or len(d["claims"]) >= 12:
+        return None
+    rc = d.get("root_cause") or {}
+    for _ in range(10):
+        inv, ref = ctx.rng.choice(refs)
+        seen = observed_components(inv.tool_name, _kind_of(inv), ref.text)
+        alts = [a for a in _ALTERNATIVES if a[0] not in seen and a[0] != rc.get("component")]
+        if alts:
+            break
+    else:
+        return None
+    comp, mech, en, zh = ctx.rng.choice(alts)
+    ex = _outside_excerpt(inv, ref, ctx.rng)
+    cid = _next_id(d)
+    text = (
+        f"排除{zh}：证据指向别处，“{ex}”"
+        if case.language == "zh"
+        else f'{en} ruled out: the evidence points elsewhere, "{ex}"'
+    )
+    d["claims"].append({"id": cid, "text": text, "kind": "finding", "citations": [_cite(inv, ref, ex)]})
+    d.setdefault("hypotheses", []).append(
+        {
+            "statement": text[:200],
+            "component": comp,
+            "mechanism": mech,
+            "status": "ruled_out",
+            "claim_ids": [cid],
+        }
+    )
+    return d, cid, None
+
+
+def _proposing(cards: dict[str, Card], comp: str, mech: str) -> list[Hypothesis]:
+    return [h for c in cards.values() for h in c.hypotheses if (h.component, h.mechanism) == (comp, mech)]
+
+
+def _m_not_discriminated(
+    case: BenchCase, ctx: _Ctx
+) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    """A root cause whose cited refs are all shared symptoms of an alternative its cards name, with
+    no discriminating signal: two independent records, one from the component, so only EG-17 can tell."""
+    from rootproof.kb.signals import ref_matches
+
+    if case.run.mock or not ctx.cards:
+        return None
+    refs = _countable_refs(case.run)
+    pairs = sorted({(h.component, h.mechanism) for c in ctx.cards.values() for h in c.hypotheses})
+    ctx.rng.shuffle(pairs)
+    for comp, mech in pairs:
+        own = _proposing(ctx.cards, comp, mech)
+        alts = sorted({a for h in own for a in h.distinguishes_from} - {f"{comp}/{mech}"})
+        if not alts:
+            continue
+        alt_hyps = [h for a in alts for h in _proposing(ctx.cards, *a.split("/", 1))]
+        shared = []
+        for inv, ref in refs:
+            kind, spans = _kind_of(inv), untrusted_spans(inv.tool_name, ref.text)
+            if any(
+                ref_matches(s, inv.tool_name, kind, ref.raw_path, ref.text, spans)
+                for h in own
+                for s in h.signals
+                if s.discriminating
+            ):
+                continue
+            if any(
+                ref_matches(s, inv.tool_name, kind, ref.raw_path, ref.text, spans)
+                for h in alt_hyps
+                for s in h.signals
+            ):
+                shared.append((inv, ref))
+        records = {record_key(r.text) for _, r in shared}
+        anchor = [
+            (i, r)
+            for i, r in shared
+            if comp in observed_components(i.tool_name, _kind_of(i), r.text)
+            or comp in names_component(r.text)
+        ]
+        if len(records) < 2 or not anchor:
+            continue
+        first = ctx.rng.choice(anchor)
+        second = next(((i, r) for i, r in shared if record_key(r.text) != record_key(first[1].text)), None)
+        if second is None:
+            continue
+        d = copy.deepcopy(case.draft)
+        if not d.get("root_cause"):
+            d["root_cause"] = {"component": comp, "mechanism": mech, "culprit": "", "claim_ids": []}
+        d["root_cause"].update(component=comp, mechanism=mech)
+        claims: list[dict[str, Any]] = []
+        for inv, ref in (first, second):
+            ex = _outside_excerpt(inv, ref, ctx.rng)
+            text = ("根因证据：“{ex}”" if case.language == "zh" else 'Root cause evidence: "{ex}"').format(
+                ex=ex
+            )
+            claims.append({"id": "", "text": text, "kind": "root_cause", "citations": [_cite(inv, ref, ex)]})
+        d["hypotheses"] = [
+            {
+                "statement": f"{comp} {mech}".replace("_", " "),
+                "component": comp,
+                "mechanism": mech,
+                "status": "confirmed",
+                "claim_ids": [],
+            }
+        ]
+        _replace_root_cause(d, claims)
+        return d, str(claims[0]["id"]), None
+    return None
+
+
 MUTATORS: dict[str, Mutator] = {
     "fabricated_invocation_id": _m_fabricated,
     "foreign_invocation_id": _m_foreign,
@@ -510,6 +720,9 @@ MUTATORS: dict[str, Mutator] = {
     "unsupported_entity_swapped": _claim_mutation(_entity_swapped),
     "unsupported_negation_flipped": _claim_mutation(_claim_negated),
     "unsupported_cause_invented": _claim_mutation(_cause_invented),
+    "root_cause_uncorroborated": _m_uncorroborated,
+    "ruled_out_untested": _m_ruled_out_untested,
+    "root_cause_not_discriminated": _m_not_discriminated,
 }
 
 

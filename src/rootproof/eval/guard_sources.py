@@ -44,6 +44,9 @@ MUTATIONS: dict[str, str] = {
     "root_cause_knowledge_only": "ROOT_CAUSE_KNOWLEDGE_ONLY",
     "root_cause_mock_only": "ROOT_CAUSE_MOCK_ONLY",
     "injected_instruction": "ROOT_CAUSE_INJECTED",
+    "root_cause_uncorroborated": "ROOT_CAUSE_UNCORROBORATED",
+    "ruled_out_untested": "RULED_OUT_UNTESTED",
+    "root_cause_not_discriminated": "ROOT_CAUSE_NOT_DISCRIMINATED",
     "unsupported_number_changed": "UNSUPPORTED",
     "unsupported_entity_swapped": "UNSUPPORTED",
     "unsupported_negation_flipped": "UNSUPPORTED",
@@ -373,15 +376,24 @@ def paraphrase_draft(run: RecordedRun, language: str, rng: random.Random) -> Dra
         and run.planner_outcome == "PUBLISHED"
     ):
         rc_ids: list[str] = []
+        # Every distinct ref the planner's root cause cites (up to 4), each in a claim of its own:
+        # quoting only the first citation of each claim could cite one record where the planner
+        # had two independent ones.
+        cited: list[tuple[str, str]] = []
         for cl in planner.claims:
-            if cl.id in planner.root_cause.claim_ids and cl.citations and len(rc_ids) < 3:
-                cit = cl.citations[0]
-                inv = next(i for i in run.invocations if i.invocation_id == cit.invocation_id)
-                ref = inv.ref(cit.raw_path)
-                if ref is not None:
-                    label = f"{planner.root_cause.component} {planner.root_cause.mechanism}".replace("_", " ")
-                    ex = choose_excerpt(inv, ref, rng, headline=True)
-                    rc_ids.append(add("root_cause", rng.choice(_ROOT[language]), inv, ref, ex, label))
+            if cl.id in planner.root_cause.claim_ids or cl.kind == "root_cause":
+                cited += [
+                    (c.invocation_id, c.raw_path)
+                    for c in cl.citations
+                    if (c.invocation_id, c.raw_path) not in cited
+                ]
+        for inv_id, path in cited[:4]:
+            inv = next(i for i in run.invocations if i.invocation_id == inv_id)
+            ref = inv.ref(path)
+            if ref is not None:
+                label = f"{planner.root_cause.component} {planner.root_cause.mechanism}".replace("_", " ")
+                ex = choose_excerpt(inv, ref, rng, headline=True)
+                rc_ids.append(add("root_cause", rng.choice(_ROOT[language]), inv, ref, ex, label))
         if rc_ids:
             rc = planner.root_cause
             root_cause = {

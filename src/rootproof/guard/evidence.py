@@ -6,15 +6,22 @@ the trace, never in public events.
 
 from __future__ import annotations
 
+import unicodedata
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rootproof.agent.draft import DiagnosisDraft, parse_draft
+from rootproof.boundary.provenance import Span, record_key, untrusted_spans
 from rootproof.boundary.store import CanonicalStore, InvocationStatus
+from rootproof.evidence_sources import names_component, observed_components
 from rootproof.guard.rules import rules_for
 from rootproof.taxonomy import Taxonomy
 from rootproof.tools.refs import NO_EVIDENCE_PATH, normalize_text, ref_text
+
+if TYPE_CHECKING:
+    from rootproof.kb.cards import Card, Hypothesis
 
 __all__ = [
     "EvidenceGuard",
@@ -45,6 +52,9 @@ class ViolationCode(StrEnum):
     ROOT_CAUSE_MOCK_ONLY = "ROOT_CAUSE_MOCK_ONLY"
     ROOT_CAUSE_INJECTED = "ROOT_CAUSE_INJECTED"
     CLAIM_REF_UNKNOWN = "CLAIM_REF_UNKNOWN"
+    ROOT_CAUSE_UNCORROBORATED = "ROOT_CAUSE_UNCORROBORATED"
+    RULED_OUT_UNTESTED = "RULED_OUT_UNTESTED"
+    ROOT_CAUSE_NOT_DISCRIMINATED = "ROOT_CAUSE_NOT_DISCRIMINATED"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +79,8 @@ class VerifiedCitation:
     ref_text: str
     data_source: str
     instruction_like: bool = False
+    kind: str | None = None
+    """The inspector kind of the cited invocation (`locks`, `error_log` …), None for other tools."""
 
 
 @dataclass(kw_only=True)
@@ -117,14 +129,24 @@ class EvidenceGuardResult:
 
 
 class EvidenceGuard:
-    """Checks every citation of a draft against the canonical store."""
+    """Checks every citation of a draft against the canonical store.
 
-    def __init__(self, store: CanonicalStore, taxonomy: Taxonomy | None = None) -> None:
+    `cards` is the read-only card catalogue (`kb.cards`): with it the guard checks that a root
+    cause its cards tell apart from alternatives rests on a discriminating signal
+    (ROOT_CAUSE_NOT_DISCRIMINATED); without it that check is skipped.
+    """
+
+    def __init__(
+        self, store: CanonicalStore, taxonomy: Taxonomy | None = None, *, cards: Mapping[str, Card] | None = None
+    ) -> None:
         self.store = store
         self.taxonomy = taxonomy
         """The run's taxonomy: a draft label outside it is DRAFT_INVALID (None: built-in or namespaced)."""
+        self.cards = cards
 
-    def check(self, raw: DiagnosisDraft | dict[str, Any] | str, *, run_id: str, root_cause_rules: bool = True) -> EvidenceGuardResult:
+    def check(
+        self, raw: DiagnosisDraft | dict[str, Any] | str, *, run_id: str, root_cause_rules: bool = True
+    ) -> EvidenceGuardResult:
         """Run every check and report all violations."""
         if isinstance(raw, DiagnosisDraft):
             draft: DiagnosisDraft | None = raw
@@ -132,7 +154,9 @@ class EvidenceGuard:
         else:
             draft, problem = parse_draft(raw, self.taxonomy)
         if draft is None:
-            return EvidenceGuardResult(passed=False, violations=[Violation(code=ViolationCode.DRAFT_INVALID, detail=problem or "")])
+            return EvidenceGuardResult(
+                passed=False, violations=[Violation(code=ViolationCode.DRAFT_INVALID, detail=problem or "")]
+            )
         violations: list[Violation] = []
         verified: list[VerifiedCitation] = []
         claim_ids = [c.id for c in draft.claims]
@@ -142,7 +166,16 @@ class EvidenceGuard:
             if not claim.citations:
                 violations.append(Violation(code=ViolationCode.CITATION_MISSING, claim_id=claim.id))
             for idx, cit in enumerate(claim.citations):
-                v, ok = self._check_citation(claim.id, claim.kind, idx, cit.invocation_id, cit.tool_name, cit.raw_path, cit.excerpt, run_id)
+                v, ok = self._check_citation(
+                    claim.id,
+                    claim.kind,
+                    idx,
+                    cit.invocation_id,
+                    cit.tool_name,
+                    cit.raw_path,
+                    cit.excerpt,
+                    run_id,
+                )
                 violations.extend(v)
                 if ok is not None:
                     verified.append(ok)
@@ -150,22 +183,37 @@ class EvidenceGuard:
         for h in draft.hypotheses:
             for cid in h.claim_ids:
                 if cid not in known:
-                    violations.append(Violation(code=ViolationCode.CLAIM_REF_UNKNOWN, claim_id=cid, detail="hypothesis"))
+                    violations.append(
+                        Violation(code=ViolationCode.CLAIM_REF_UNKNOWN, claim_id=cid, detail="hypothesis")
+                    )
         if draft.root_cause is not None:
             for cid in draft.root_cause.claim_ids:
                 if cid not in known:
-                    violations.append(Violation(code=ViolationCode.CLAIM_REF_UNKNOWN, claim_id=cid, detail="root_cause"))
-            if root_cause_rules:
-                violations.extend(self._root_cause_rules(draft, verified))
+                    violations.append(
+                        Violation(code=ViolationCode.CLAIM_REF_UNKNOWN, claim_id=cid, detail="root_cause")
+                    )
+        if root_cause_rules:
+            violations.extend(self._claim_rules(draft, verified))
         sources: list[dict[str, str]] = []
         seen: set[tuple[str, str]] = set()
         for c in verified:
             if (c.invocation_id, c.raw_path) not in seen:
                 seen.add((c.invocation_id, c.raw_path))
-                sources.append({"invocation_id": c.invocation_id, "tool_name": c.tool_name, "raw_path": c.raw_path, "data_source": c.data_source})
+                sources.append(
+                    {
+                        "invocation_id": c.invocation_id,
+                        "tool_name": c.tool_name,
+                        "raw_path": c.raw_path,
+                        "data_source": c.data_source,
+                    }
+                )
         if violations:
             return EvidenceGuardResult(passed=False, violations=violations, draft=draft)
-        return EvidenceGuardResult(passed=True, snapshot=VerifiedEvidenceSnapshot(citations=verified, verified_sources=sources), draft=draft)
+        return EvidenceGuardResult(
+            passed=True,
+            snapshot=VerifiedEvidenceSnapshot(citations=verified, verified_sources=sources),
+            draft=draft,
+        )
 
     def _check_citation(
         self, claim_id: str, kind: str, idx: int, inv_id: str, tool: str, path: str, excerpt: str, run_id: str
@@ -178,9 +226,23 @@ class EvidenceGuard:
 
         negative = kind == "negative_observation"
         if negative and path != NO_EVIDENCE_PATH:
-            out.append(Violation(code=ViolationCode.NEGATIVE_MISCITED, claim_id=claim_id, citation_index=idx, detail="negative observation cites positive evidence"))
+            out.append(
+                Violation(
+                    code=ViolationCode.NEGATIVE_MISCITED,
+                    claim_id=claim_id,
+                    citation_index=idx,
+                    detail="negative observation cites positive evidence",
+                )
+            )
         if not negative and path == NO_EVIDENCE_PATH:
-            out.append(Violation(code=ViolationCode.NEGATIVE_MISCITED, claim_id=claim_id, citation_index=idx, detail="$.no_evidence backs a positive claim"))
+            out.append(
+                Violation(
+                    code=ViolationCode.NEGATIVE_MISCITED,
+                    claim_id=claim_id,
+                    citation_index=idx,
+                    detail="$.no_evidence backs a positive claim",
+                )
+            )
         inv = self.store.get(inv_id)
         if inv is None:
             return v(ViolationCode.UNKNOWN_INVOCATION, inv_id)
@@ -189,7 +251,14 @@ class EvidenceGuard:
         if inv.status is not InvocationStatus.READY or inv.result is None:
             return v(ViolationCode.INVOCATION_NOT_READY, str(inv.status))
         if tool != inv.tool_name:
-            out.append(Violation(code=ViolationCode.TOOL_MISMATCH, claim_id=claim_id, citation_index=idx, detail=f"{tool} != {inv.tool_name}"))
+            out.append(
+                Violation(
+                    code=ViolationCode.TOOL_MISMATCH,
+                    claim_id=claim_id,
+                    citation_index=idx,
+                    detail=f"{tool} != {inv.tool_name}",
+                )
+            )
         ref = inv.ref(path)
         if ref is None:
             return v(ViolationCode.PATH_NOT_IN_REFS, path)
@@ -198,10 +267,16 @@ class EvidenceGuard:
         except KeyError:
             return v(ViolationCode.PATH_UNRESOLVED, path)
         if recomputed != ref.text:
-            return v(ViolationCode.PATH_UNRESOLVED, f"{path}: recorded text differs from the canonical result")
+            return v(
+                ViolationCode.PATH_UNRESOLVED, f"{path}: recorded text differs from the canonical result"
+            )
         norm_excerpt = normalize_text(excerpt)
         norm_ref = normalize_text(recomputed)
-        if not norm_excerpt or norm_excerpt not in norm_ref or len(norm_excerpt) < min(MIN_EXCERPT_CHARS, len(norm_ref)):
+        if (
+            not norm_excerpt
+            or norm_excerpt not in norm_ref
+            or len(norm_excerpt) < min(MIN_EXCERPT_CHARS, len(norm_ref))
+        ):
             return v(ViolationCode.EXCERPT_MISMATCH, path)
         if out:
             return out, None
@@ -214,7 +289,39 @@ class EvidenceGuard:
             ref_text=recomputed,
             data_source=ref.data_source,
             instruction_like=ref.instruction_like,
+            kind=str(inv.arguments["kind"])
+            if isinstance(inv.arguments, dict) and inv.arguments.get("kind")
+            else None,
         )
+
+    def _claim_rules(self, draft: DiagnosisDraft, verified: list[VerifiedCitation]) -> list[Violation]:
+        """What the root cause and the rule-outs assert, checked by code (EG-11..EG-13, EG-15..EG-17)."""
+        out: list[Violation] = []
+        if draft.root_cause is not None:
+            provenance = self._root_cause_rules(draft, verified)
+            if provenance:
+                # The root cause has no runtime, non-mock, non-injected support at all: that one
+                # code says it (the seed story's only violation stays ROOT_CAUSE_MOCK_ONLY).
+                return provenance
+            rc_claims = set(draft.root_cause.claim_ids) | {
+                c.id for c in draft.claims if c.kind == "root_cause"
+            }
+            # Spans are recomputed from the verified text (never read from a recorded list), once per ref.
+            spans = {
+                id(c): untrusted_spans(c.tool_name, c.ref_text) for c in verified if c.claim_id in rc_claims
+            }
+            support = [
+                (c, spans[id(c)]) for c in verified if c.claim_id in rc_claims and _countable(c, spans[id(c)])
+            ]
+            out.extend(_uncorroborated(draft.root_cause.component, support))
+            if self.cards is not None:
+                out.extend(
+                    _not_discriminated(
+                        draft.root_cause.component, draft.root_cause.mechanism, support, self.cards
+                    )
+                )
+        out.extend(_ruled_out_untested(draft, verified))
+        return out
 
     @staticmethod
     def _root_cause_rules(draft: DiagnosisDraft, verified: list[VerifiedCitation]) -> list[Violation]:
@@ -225,7 +332,172 @@ class EvidenceGuard:
         if any(c.data_source != "mock" and not c.instruction_like for c in runtime):
             return []
         if not runtime:
-            return [Violation(code=ViolationCode.ROOT_CAUSE_KNOWLEDGE_ONLY, detail="no runtime citation backs the root cause")]
+            return [
+                Violation(
+                    code=ViolationCode.ROOT_CAUSE_KNOWLEDGE_ONLY,
+                    detail="no runtime citation backs the root cause",
+                )
+            ]
         if all(c.data_source == "mock" for c in runtime):
-            return [Violation(code=ViolationCode.ROOT_CAUSE_MOCK_ONLY, detail="the root cause rests only on mock data")]
-        return [Violation(code=ViolationCode.ROOT_CAUSE_INJECTED, detail="the root cause rests only on instruction-like tool output")]
+            return [
+                Violation(
+                    code=ViolationCode.ROOT_CAUSE_MOCK_ONLY, detail="the root cause rests only on mock data"
+                )
+            ]
+        return [
+            Violation(
+                code=ViolationCode.ROOT_CAUSE_INJECTED,
+                detail="the root cause rests only on instruction-like tool output",
+            )
+        ]
+
+
+# -- what the claims assert (EG-15..EG-17) -----------------------------------------------------------
+def _runtime(c: VerifiedCitation) -> bool:
+    return (
+        c.data_source not in ("knowledge", "mock")
+        and not c.instruction_like
+        and c.raw_path != NO_EVIDENCE_PATH
+    )
+
+
+def _countable(c: VerifiedCitation, spans: tuple[Span, ...]) -> bool:
+    """Runtime, not mock, not instruction-like, and quoting something outside the ref's untrusted spans."""
+    return _runtime(c) and not _excerpt_inside_spans(c.ref_text, c.excerpt, spans)
+
+
+def _norm_map(text: str) -> tuple[str, list[int]]:
+    """`normalize_text(text)` with, for each character, the index in `text` it came from."""
+    chars: list[str] = []
+    index: list[int] = []
+    space = True
+    for i, ch in enumerate(text):
+        for c in unicodedata.normalize("NFKC", ch):
+            if c.isspace():
+                if space:
+                    continue
+                c, space = " ", True
+            else:
+                space = False
+            chars.append(c)
+            index.append(i)
+    while chars and chars[-1] == " ":
+        chars.pop()
+        index.pop()
+    return "".join(chars), index
+
+
+def _excerpt_inside_spans(text: str, excerpt: str, spans: tuple[Span, ...]) -> bool:
+    """True when no occurrence of the excerpt has a letter or digit outside every span."""
+    if not spans:
+        return False
+    needle = normalize_text(excerpt)
+    norm, index = _norm_map(text)
+    pos = norm.find(needle) if needle else -1
+    if pos < 0:
+        return True  # not locatable character by character: it cannot count as outside
+    while pos >= 0:
+        for k in range(pos, pos + len(needle)):
+            i = index[k]
+            if norm[k].isalnum() and not any(s <= i < e for s, e in spans):
+                return False
+        pos = norm.find(needle, pos + 1)
+    return True
+
+
+def _uncorroborated(
+    component: str, support: list[tuple[VerifiedCitation, tuple[Span, ...]]]
+) -> list[Violation]:
+    """EG-15: ≥ 2 independent records, at least one from the component or a client error naming it."""
+    records = {record_key(c.ref_text) for c, _ in support}
+    from_component = any(
+        component in observed_components(c.tool_name, c.kind, c.ref_text)
+        or component in names_component(c.ref_text, spans=spans, only=component)
+        for c, spans in support
+    )
+    problems = []
+    if len(records) < 2:
+        problems.append(f"{len(records)} independent runtime record(s) outside untrusted spans, 2 needed")
+    if not from_component:
+        problems.append(f"no cited ref comes from {component} or is a client error naming it")
+    if not problems:
+        return []
+    return [Violation(code=ViolationCode.ROOT_CAUSE_UNCORROBORATED, detail="; ".join(problems))]
+
+
+def _ruled_out_untested(draft: DiagnosisDraft, verified: list[VerifiedCitation]) -> list[Violation]:
+    """EG-16: a ruled-out hypothesis cites a runtime ref from a source able to observe its component."""
+    out: list[Violation] = []
+    for h in draft.hypotheses:
+        if h.status != "ruled_out":
+            continue
+        cits = [c for c in verified if c.claim_id in set(h.claim_ids) and _runtime(c)]
+        if not any(h.component in observed_components(c.tool_name, c.kind, c.ref_text) for c in cits):
+            out.append(
+                Violation(
+                    code=ViolationCode.RULED_OUT_UNTESTED,
+                    claim_id=h.claim_ids[0] if h.claim_ids else None,
+                    detail=f"{h.component}/{h.mechanism} ruled out without evidence from a source able to observe {h.component}",
+                )
+            )
+    return out
+
+
+_INDEXES: dict[int, tuple[Mapping[str, Card], dict[tuple[str, str], list[Hypothesis]]]] = {}
+
+
+def _hypothesis_index(cards: Mapping[str, Card]) -> dict[tuple[str, str], list[Hypothesis]]:
+    """(component, mechanism) → the cards' hypotheses proposing it; built once per catalogue."""
+    entry = _INDEXES.get(id(cards))
+    if entry is not None and entry[0] is cards:
+        return entry[1]
+    index: dict[tuple[str, str], list[Hypothesis]] = {}
+    for card in cards.values():
+        for h in card.hypotheses:
+            index.setdefault((h.component, h.mechanism), []).append(h)
+    if len(_INDEXES) >= 8:
+        _INDEXES.clear()
+    _INDEXES[id(cards)] = (cards, index)
+    return index
+
+
+def _not_discriminated(
+    component: str,
+    mechanism: str,
+    support: list[tuple[VerifiedCitation, tuple[Span, ...]]],
+    cards: Mapping[str, Card],
+) -> list[Violation]:
+    """EG-17: when the cards name alternatives, some cited ref matches a discriminating signal."""
+    from rootproof.kb.signals import ref_matches
+
+    index = _hypothesis_index(cards)
+
+    def proposing(pair: tuple[str, str]) -> list[Hypothesis]:
+        return index.get(pair, [])
+
+    own = proposing((component, mechanism))
+    alternatives = sorted({a for h in own for a in h.distinguishes_from} - {f"{component}/{mechanism}"})
+    if not own or not alternatives or not support:
+        return []
+    alt_hyps = [h for a in alternatives for h in proposing((a.partition("/")[0], a.partition("/")[2]))]
+
+    def matches(
+        h: Hypothesis, cited: tuple[VerifiedCitation, tuple[Span, ...]], discriminating: bool
+    ) -> bool:
+        c, spans = cited
+        return any(
+            ref_matches(s, c.tool_name, c.kind, c.raw_path, c.ref_text, spans)
+            for s in h.signals
+            if (s.discriminating or not discriminating) and s.tool == c.tool_name
+        )
+
+    if any(matches(h, c, True) for h in own for c in support):
+        return []
+    if not all(any(matches(h, c, False) for h in alt_hyps) for c in support):
+        return []
+    return [
+        Violation(
+            code=ViolationCode.ROOT_CAUSE_NOT_DISCRIMINATED,
+            detail=f"every cited ref is also a signal of {', '.join(alternatives)}; no discriminating signal of {component}/{mechanism} is cited",
+        )
+    ]

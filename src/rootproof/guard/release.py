@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rootproof.agent.draft import DiagnosisDraft
 from rootproof.boundary.store import CanonicalStore
@@ -11,6 +12,9 @@ from rootproof.guard.evidence import EvidenceGuard, EvidenceGuardResult
 from rootproof.guard.fallback import FallbackType, SafeFallbackFactory
 from rootproof.guard.semantic import SemanticGuard, SemanticResult
 from rootproof.taxonomy import Taxonomy
+
+if TYPE_CHECKING:
+    from rootproof.kb.cards import Card
 
 __all__ = ["ReleaseDecision", "release_draft", "tool_trace_summary"]
 
@@ -57,9 +61,13 @@ def release_draft(
     content_type: str = "DIAGNOSIS_REPORT",
     root_cause_rules: bool = True,
     taxonomy: Taxonomy | None = None,
+    cards: Mapping[str, Card] | None = None,
 ) -> ReleaseDecision:
-    """Run both guards and build the public content (`taxonomy`: the run's, for DRAFT_INVALID)."""
-    ev = EvidenceGuard(store, taxonomy).check(draft, run_id=run_id, root_cause_rules=root_cause_rules)
+    """Run both guards and build the public content.
+
+    `taxonomy`: the run's, for DRAFT_INVALID; `cards`: the catalogue for ROOT_CAUSE_NOT_DISCRIMINATED.
+    """
+    ev = EvidenceGuard(store, taxonomy, cards=cards).check(draft, run_id=run_id, root_cause_rules=root_cause_rules)
     if not ev.passed or ev.snapshot is None or ev.draft is None:
         return ReleaseDecision(
             content=SafeFallbackFactory.build(FallbackType.EVIDENCE_VALIDATION_FAILED, language),

@@ -160,6 +160,9 @@ class Signal(_Strict):
     """`query_logs` minimum level."""
     labels: dict[str, str] | None = None
     """`query_metrics` exact label matches."""
+    discriminating: bool = False
+    """True when seeing this signal tells the hypothesis apart from the alternatives its card
+    names (`distinguishes_from`); False (default) for a symptom those alternatives share."""
 
     @property
     def test(self) -> Literal["match", "any", "where", "field", "metric"]:

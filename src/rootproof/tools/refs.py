@@ -66,12 +66,17 @@ class EvidenceRef:
     """snapshot | mock | live:<service> | knowledge."""
     instruction_like: bool = False
     """The injection detector flagged this text as instructions addressed to an AI."""
+    untrusted_spans: tuple[tuple[int, int], ...] = ()
+    """Half-open `[start, end)` offsets into `text` of the parts an outsider controls (a request's
+    URL, user agent, referer, a quoted body): `rootproof.boundary.provenance.untrusted_spans`."""
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain data for records and observations."""
+        """Plain data for records and observations (`untrusted_spans` only when there are any)."""
         d: dict[str, Any] = {"raw_path": self.raw_path, "text": self.text, "data_source": self.data_source}
         if self.instruction_like:
             d["instruction_like"] = True
+        if self.untrusted_spans:
+            d["untrusted_spans"] = [[s, e] for s, e in self.untrusted_spans]
         return d
 
 

@@ -15,15 +15,11 @@ from typing import Any
 
 from rootproof.agent.models.base import AssistantMessage, Message, ToolResultMessage
 from rootproof.kb.cards import Signal
-from rootproof.tools.refs import fold_text
+from rootproof.kb.signals import as_number, norm, ref_matches
 
-__all__ = ["Hit", "Observation", "evaluate_signal", "observations_from", "query_phrases", "query_terms", "signal_strings"]
+__all__ = ["Hit", "Observation", "evaluate_signal", "observations_from", "query_phrases", "ref_spans", "query_terms", "signal_strings"]
 
 LOG_KINDS = {"inspect_postgres": {"log"}, "inspect_redis": {"log", "slowlog"}, "inspect_nginx": {"error_log", "access_log"}}
-
-
-def _n(text: str) -> str:
-    return " ".join(fold_text(text).split())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,6 +31,15 @@ class Hit:
     raw_path: str
     text: str
     data_source: str
+    kind: str | None = None
+    """The inspector kind of the call that returned the ref, if any."""
+    spans: tuple[tuple[int, int], ...] = ()
+    """The ref's untrusted spans (what an outsider wrote), as the observation carries them."""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(invocation id, raw path): which ref this is."""
+        return (self.invocation_id, self.raw_path)
 
 
 @dataclass(kw_only=True)
@@ -107,6 +112,15 @@ def observations_from(messages: list[Message]) -> list[Observation]:
     return out
 
 
+def ref_spans(ref: dict[str, Any]) -> tuple[tuple[int, int], ...]:
+    """The untrusted spans an observed ref carries (malformed entries are dropped)."""
+    out: list[tuple[int, int]] = []
+    for span in ref.get("untrusted_spans") or ():
+        if isinstance(span, list | tuple) and len(span) == 2 and all(isinstance(x, int) for x in span):
+            out.append((int(span[0]), int(span[1])))
+    return tuple(out)
+
+
 def signal_strings(sig: Signal) -> list[str]:
     """The strings of a match/any test."""
     return list(sig.match or sig.any_ or [])
@@ -122,7 +136,7 @@ def query_terms(sig: Signal) -> list[str]:
         for v in sig.where.values():
             for x in v if isinstance(v, list) else [v]:
                 text = str(x).strip()
-                if isinstance(x, str) and text and text != "nonempty" and text[:1] not in "<>!=" and _num(text) is None:
+                if isinstance(x, str) and text and text != "nonempty" and text[:1] not in "<>!=" and as_number(text) is None:
                     out.append(text)
         return out
     return signal_strings(sig)
@@ -133,7 +147,7 @@ _PHRASE = re.compile(r'"([^"]+)"|(\S+)')
 
 def query_phrases(query: str) -> set[str]:
     """Terms and phrases of a query, normalised."""
-    return {_n(a or b) for a, b in _PHRASE.findall(query or "")}
+    return {norm(a or b) for a, b in _PHRASE.findall(query or "")}
 
 
 def _covers(obs: Observation, sig: Signal) -> bool:
@@ -143,7 +157,7 @@ def _covers(obs: Observation, sig: Signal) -> bool:
     if sig.kind is not None and obs.kind != sig.kind:
         return False
     if sig.tool == "query_metrics":
-        return fnmatch.fnmatch(_n(sig.metric or ""), _n(str(obs.args.get("metric", ""))).replace("\\*", "*")) or str(obs.args.get("metric")) in ("*", sig.metric)
+        return fnmatch.fnmatch(norm(sig.metric or ""), norm(str(obs.args.get("metric", ""))).replace("\\*", "*")) or str(obs.args.get("metric")) in ("*", sig.metric)
     is_log_like = sig.tool == "query_logs" or (sig.kind in LOG_KINDS.get(sig.tool, set()))
     q = str(obs.args.get("query", "") or "")
     if is_log_like or q:
@@ -156,90 +170,9 @@ def _covers(obs: Observation, sig: Signal) -> bool:
         if not q.strip():
             return True
         phrases = query_phrases(q)
-        wanted = query_phrases(sig.query) if sig.query else {_n(s) for s in query_terms(sig)}
+        wanted = query_phrases(sig.query) if sig.query else {norm(s) for s in query_terms(sig)}
         return bool(wanted) and bool(wanted & phrases)
     return True
-
-
-_DURATION = re.compile(r"^(?:(\d+) days? )?(\d+):(\d{2}):(\d{2}(?:\.\d+)?)$")
-
-
-def _num(v: Any) -> float | None:
-    """A number, a percentage, or a duration (`00:24:32.118`, `1 day 02:00:00`) in seconds."""
-    text = str(v).strip()
-    try:
-        return float(text.rstrip("%"))
-    except ValueError:
-        pass
-    m = _DURATION.match(text)
-    if m:
-        days = int(m.group(1) or 0)
-        return days * 86400 + int(m.group(2)) * 3600 + int(m.group(3)) * 60 + float(m.group(4))
-    return None
-
-
-def _cmp(actual: Any, op: str, expected: Any) -> bool:
-    a, e = _num(actual), _num(expected)
-    if op == "contains":
-        return _n(str(expected)) in _n(str(actual))
-    if op in ("eq", "ne"):
-        same = (a == e) if a is not None and e is not None else _n(str(actual)) == _n(str(expected))
-        return same if op == "eq" else not same
-    if a is None or e is None:
-        return False
-    return {"gt": a > e, "ge": a >= e, "lt": a < e, "le": a <= e}[op]
-
-
-def _where_ok(row: dict[str, Any], cond: dict[str, Any]) -> bool:
-    for key, want in cond.items():
-        if key not in row:
-            return False
-        have = row[key]
-        if isinstance(want, list):
-            if not any(_cmp(have, "eq", w) for w in want):
-                return False
-            continue
-        if isinstance(want, str):
-            w = want.strip()
-            if w == "nonempty":
-                if not have:
-                    return False
-                continue
-            for op, name in ((">=", "ge"), ("<=", "le"), ("!=", "ne"), (">", "gt"), ("<", "lt")):
-                if w.startswith(op):
-                    if not _cmp(have, name, w[len(op):].strip()):
-                        return False
-                    break
-            else:
-                if not _cmp(have, "eq", w):
-                    return False
-            continue
-        if not _cmp(have, "eq", want):
-            return False
-    return True
-
-
-def _row_of(tool: str, text: str) -> dict[str, Any] | None:
-    if text.startswith("{"):
-        try:
-            row = json.loads(text)
-            return row if isinstance(row, dict) else None
-        except json.JSONDecodeError:
-            return None
-    if tool == "inspect_redis":
-        return dict(p.split("=", 1) for p in text.split() if "=" in p)
-    return None
-
-
-_SERIES = re.compile(r"^(?P<metric>[^\s{]+)(?P<labels>\{[^}]*\})? first=(?P<first>\S+) last=(?P<last>\S+) min=(?P<min>\S+) max=(?P<max>\S+) delta=(?P<delta>\S+) mean=(?P<mean>\S+)")
-
-
-def _field_value(path: str, text: str) -> tuple[str, str] | None:
-    name = path.rsplit(".", 1)[-1].strip("[]'")
-    for sep in (" = ", ":", ": "):
-        if text.startswith(name + sep):
-            return name, text[len(name) + len(sep):].strip()
-    return None
 
 
 def evaluate_signal(sig: Signal, observations: list[Observation]) -> tuple[bool, list[Hit]]:
@@ -258,51 +191,32 @@ def evaluate_signal(sig: Signal, observations: list[Observation]) -> tuple[bool,
             path, text = str(ref.get("raw_path", "")), str(ref.get("text", ""))
             if path == "$.no_evidence" or (obs.invocation_id, path) in seen:
                 continue
-            if _passes(sig, obs.tool, path, text):
+            # Text that reads as instructions to an AI is never evidence of a mechanism.
+            if ref.get("instruction_like"):
+                continue
+            spans = ref_spans(ref)
+            if ref_matches(sig, obs.tool, obs.kind, path, text, spans):
                 seen.add((obs.invocation_id, path))
-                hits.append(Hit(invocation_id=obs.invocation_id, tool=obs.tool, raw_path=path, text=text, data_source=str(ref.get("data_source", obs.data_source))))
+                hits.append(
+                    Hit(
+                        invocation_id=obs.invocation_id,
+                        tool=obs.tool,
+                        raw_path=path,
+                        text=text,
+                        data_source=str(ref.get("data_source", obs.data_source)),
+                        kind=obs.kind,
+                        spans=spans,
+                    )
+                )
     if hits and sig.any_:
         # Put first one hit for each alternative string, so the first few cited refs show every
         # form of the signal that occurred (e.g. both "connect() failed" and "no live upstreams").
         lead: list[Hit] = []
         for alt in sig.any_:
-            h = next((h for h in hits if _n(alt) in _n(h.text) and h not in lead), None)
+            h = next((h for h in hits if norm(alt) in norm(h.text) and h not in lead), None)
             if h is not None:
                 lead.append(h)
         hits = lead + [h for h in hits if h not in lead]
     if hits:
         observable = True
     return observable, hits
-
-
-def _passes(sig: Signal, tool: str, path: str, text: str) -> bool:
-    test = sig.test
-    nt = _n(text)
-    if test == "match":
-        return all(_n(s) in nt for s in sig.match or [])
-    if test == "any":
-        return any(_n(s) in nt for s in sig.any_ or [])
-    if test == "where":
-        if not path.startswith("$.rows["):
-            return False
-        row = _row_of(tool, text)
-        return row is not None and _where_ok(row, dict(sig.where or {}))
-    if test == "field":
-        fv = _field_value(path, text)
-        return fv is not None and _n(fv[0]) == _n(sig.field or "") and sig.op is not None and _cmp(fv[1], sig.op, sig.value)
-    m = _SERIES.match(text)
-    if not m or not fnmatch.fnmatch(_n(m.group("metric")), _n(sig.metric or "")):
-        return False
-    if sig.labels:
-        labels = m.group("labels") or ""
-        if not all(f'{k}="{v}"' in labels for k, v in sig.labels.items()):
-            return False
-    thr = sig.threshold or 0.0
-    val = {k: _num(m.group(k)) for k in ("delta", "max", "min")}
-    if sig.trend == "rises":
-        return val["delta"] is not None and val["delta"] > thr
-    if sig.trend == "falls":
-        return val["delta"] is not None and val["delta"] < -thr
-    if sig.trend == "high":
-        return val["max"] is not None and val["max"] >= thr
-    return val["min"] is not None and val["min"] <= thr

@@ -7,8 +7,13 @@ observations in the conversation. No scenario ids, no ground truth, no per-incid
 Steps: (0) look up knowledge and take a broad first look with each allowed runtime tool;
 (1..) call only for signals not yet observable, merged per tool and kind, never repeating a
 scope; then write the draft: the best hypothesis becomes the root cause only if it clears a
-threshold and a margin over the runner-up; the others are ruled out (citing the evidence
-that points elsewhere) or left open; too little evidence → no root cause.
+threshold and a margin over the runner-up and what the EvidenceGuard requires holds (two
+independent records, one from the component or a client error naming it, and a signal that
+tells it apart from the alternatives its cards name when all its evidence is shared with
+them); the others are ruled out (citing evidence from a source able to observe them) or left
+open; too little evidence → no root cause, and the draft says what is missing. One record
+counts once per hypothesis, by the heaviest signal it matched; text an outsider wrote
+(untrusted spans) and text that reads as instructions are never a signal.
 """
 
 from __future__ import annotations
@@ -27,8 +32,12 @@ from rootproof.agent.models.evidence_view import (
     evaluate_signal,
     observations_from,
     query_terms,
+    ref_spans,
     signal_strings,
 )
+from rootproof.boundary.provenance import outside_spans, record_key
+from rootproof.evidence_sources import names_component, observed_components
+from rootproof.kb.signals import ref_matches
 from rootproof.taxonomy import recovery_policy
 from rootproof.tools.refs import parse_log_ref
 
@@ -48,6 +57,8 @@ ALERT_MARGIN = timedelta(minutes=10)
 """How far before an alert's start its evidence is looked for."""
 CONTEXT_WEIGHT = 1.0
 """Signals lighter than this are context: cited when their hypothesis is confirmed, never scored."""
+MIN_RECORDS = 2
+"""Independent records (texts that differ once timestamps are removed) a root cause needs."""
 MAX_CALLS_PER_TOOL = 4
 MAX_TOOL_CALLS = 12
 MAX_PHRASES = 8
@@ -61,6 +72,7 @@ BROAD = {
 }
 _STOP_CODES = {"SCOPE_SATURATED", "BUDGET_EXHAUSTED", "TOOL_NOT_ALLOWED", "CIRCUIT_OPEN"}
 _CARD_ID = re.compile(r"^\[([a-z0-9-]+)\]")
+_EXCEPTION = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Exception|Error)\b")
 
 _LABELS_ZH = {
     "row_lock_contention": "行锁争用", "deadlock": "死锁", "connection_exhaustion": "连接耗尽", "pool_leak": "连接池泄漏",
@@ -124,11 +136,15 @@ def _since_alert_start(alert: dict[str, Any], observations: list[Observation]) -
     return {**first.args, "since": f"{minutes}m"}
 
 
-def _excerpt(text: str, anchors: list[str]) -> str:
-    """A verbatim piece of `text` (whole when short), centred on the first anchor found."""
+def _excerpt(text: str, anchors: list[str], spans: tuple[tuple[int, int], ...] = ()) -> str:
+    """A verbatim piece of `text` (whole when short), centred on the first anchor found outside
+    the untrusted `spans`."""
     if len(text) <= EXCERPT_MAX:
         return text
-    low = text.casefold()
+    masked = text
+    for start, end in spans:
+        masked = masked[:start] + "\x00" * max(0, min(end, len(masked)) - start) + masked[end:]
+    low = masked.casefold()
     pos = -1
     for a in anchors:
         pos = low.find(a.casefold())
@@ -141,6 +157,28 @@ def _excerpt(text: str, anchors: list[str]) -> str:
     if start + EXCERPT_MAX < len(text) and " " in piece[-40:]:
         piece = piece[: piece.rindex(" ")]
     return piece.strip()
+
+
+def _record(h: Hit) -> tuple[str, str]:
+    """Which record a hit is: its tool and its text without timestamps."""
+    return (h.tool, record_key(h.text))
+
+
+def _distinct_first(hits: list[Hit]) -> list[Hit]:
+    """`hits` with one hit per record first, then the repeats (so the first few cited refs are
+    independent records)."""
+    seen: set[tuple[str, str]] = set()
+    lead: list[Hit] = []
+    rest: list[Hit] = []
+    for h in hits:
+        (rest if _record(h) in seen else lead).append(h)
+        seen.add(_record(h))
+    return lead + rest
+
+
+def _from_component(component: str, h: Hit) -> bool:
+    """Whether the ref comes from a source that observes `component`, or is a client error naming it."""
+    return component in observed_components(h.tool, h.kind, h.text) or component in names_component(h.text)
 
 
 @dataclass(kw_only=True)
@@ -160,7 +198,10 @@ class Candidate:
     """Seen weight of its own signals, before the effects it explains are added."""
     checked: float = 0.0
     hits: list[tuple[Signal, list[Hit]]] = field(default_factory=list)
+    """Each counted signal with the refs it newly brought (a record counts once, by the heaviest signal)."""
     unobservable: list[Signal] = field(default_factory=list)
+    records: set[tuple[str, str]] = field(default_factory=set)
+    """(tool, timestamp-free text) of every record its scored signals matched."""
 
     @property
     def key(self) -> str:
@@ -254,24 +295,90 @@ class OfflinePlanner:
     def _score(candidates: list[Candidate], observations: list[Observation]) -> None:
         for c in candidates:
             c.seen = c.checked = 0.0
-            c.hits, c.unobservable = [], []
+            c.hits, c.unobservable, c.records = [], [], set()
+            found: list[tuple[Signal, list[Hit]]] = []
             for s in c.signals:
                 observable, hits = evaluate_signal(s, observations)
                 if hits:
-                    c.hits.append((s, hits))
-                    if s.weight >= CONTEXT_WEIGHT:
-                        c.seen += s.weight
+                    found.append((s, hits))
                 if observable:
                     c.checked += s.weight
                 else:
                     c.unobservable.append(s)
+            # One record counts once per hypothesis, whichever cards or signals name it: the
+            # heaviest signal that matched it counts; a signal whose every record a heavier one
+            # already counted adds nothing (one Full GC line is one line, not two cards' worth).
+            claimed: set[tuple[str, str]] = set()
+            for s, hits in sorted(found, key=lambda sh: -sh[0].weight):
+                fresh = _distinct_first([h for h in hits if _record(h) not in claimed])
+                claimed.update(_record(h) for h in hits)
+                if not fresh:
+                    continue
+                c.hits.append((s, fresh))
+                if s.weight >= CONTEXT_WEIGHT:
+                    c.seen += s.weight
+                    c.records.update(_record(h) for h in fresh)
             c.own = c.seen
         # A cause that is itself strongly seen also accounts for the symptoms of the effects it
-        # explains (a leak explains the exhausted pool; an OOM kill explains the crash loop).
+        # explains (a leak explains the exhausted pool; an OOM kill explains the crash loop), each
+        # record still counted once.
         by_key = {c.key: c for c in candidates}
         for c in candidates:
             if c.strong and c.own >= ROOT_THRESHOLD:
-                c.seen = c.own + sum(by_key[e].own for e in c.explains if e in by_key)
+                taken = set(c.records)
+                extra = 0.0
+                for e in c.explains:
+                    eff = by_key.get(e)
+                    if eff is None:
+                        continue
+                    for s, hits in eff.hits:
+                        recs = {_record(h) for h in hits}
+                        if s.weight >= CONTEXT_WEIGHT and recs - taken:
+                            extra += s.weight
+                        taken |= recs
+                c.seen = c.own + extra
+
+    def _gate(self, c: Candidate, by_key: dict[str, Candidate]) -> tuple[list[tuple[str, str]], bool]:
+        """(what is missing for `c` to be a root cause the EvidenceGuard accepts, whether all its
+        evidence is shared with an alternative its cards name and none of it discriminates)."""
+        scored = [(s, hs) for s, hs in c.hits if s.weight >= CONTEXT_WEIGHT]
+        hits = [h for _, hs in scored for h in hs]
+        missing: list[tuple[str, str]] = []
+        n = len(c.records)
+        if n < MIN_RECORDS:
+            missing.append((f"only {n} independent record(s) support it; {MIN_RECORDS} are needed", f"只有 {n} 条独立记录支持，至少需要 {MIN_RECORDS} 条"))
+        if hits and not any(_from_component(c.component, h) for h in hits):
+            missing.append((f"no evidence from {c.component} itself or a client error naming it", f"没有来自 {c.component} 本身或点名它的客户端错误的证据"))
+        alts = [a for a in c.distinguishes_from if a in by_key]
+        alt_signals = [s for a in alts for s in by_key[a].signals]
+        shared = bool(hits) and bool(c.distinguishes_from) and not any(s.discriminating for s, _ in scored)
+        if shared:
+            shared = all(any(ref_matches(a, h.tool, h.kind, h.raw_path, h.text, h.spans) for a in alt_signals) for h in hits)
+        if shared:
+            names = ", ".join(a.replace("/", " ") for a in alts if any(ref_matches(s, h.tool, h.kind, h.raw_path, h.text, h.spans) for s in by_key[a].signals for h in hits))
+            missing.append((f"every signal seen is shared with {names}; none tells it apart", f"所见信号均与 {names} 共有，没有能区分它们的信号"))
+        return missing, shared
+
+    def _verdict(self, candidates: list[Candidate]) -> tuple[list[Candidate], Candidate | None, float, bool, list[tuple[str, str]]]:
+        """(ranked, best, runner-up weight, confirmed, what is missing): the leader among the
+        hypotheses whose evidence is not all shared with a named alternative."""
+        ranked = sorted(candidates, key=lambda c: (-c.seen, c.rank))
+        if not ranked:
+            return ranked, None, 0.0, False, []
+        by_key = {c.key: c for c in candidates}
+        gates = {c.key: self._gate(c, by_key) for c in ranked if c.seen > 0}
+        contenders = [c for c in ranked if not gates.get(c.key, ([], False))[1]]
+        best = contenders[0] if contenders else ranked[0]
+        # A rival resting on one record (one line, however often repeated) could never be a root
+        # cause itself, and does not block one.
+        runner = max((c.seen for c in contenders if c is not best and len(c.records) >= MIN_RECORDS), default=0.0)
+        missing = list(gates.get(best.key, ([], False))[0])
+        if best.seen < ROOT_THRESHOLD or not best.strong:
+            missing.insert(0, (f"its signals weigh {best.seen:g} (a root cause needs {ROOT_THRESHOLD:g}, one of weight 2 or more)", f"信号权重 {best.seen:g}（根因需要 {ROOT_THRESHOLD:g}，且至少一个权重 ≥ 2 的信号）"))
+        elif best.seen - runner < MARGIN:
+            missing.insert(0, (f"it leads the runner-up by {best.seen - runner:g} (a root cause needs {MARGIN:g})", f"领先次强假设 {best.seen - runner:g}（根因需要 {MARGIN:g}）"))
+        confirmed = best.seen > 0 and not missing
+        return ranked, best, runner, confirmed, missing
 
     def _next_calls(self, question: str, candidates: list[Candidate], observations: list[Observation], offered: set[str], step: int) -> list[ToolCall]:
         lookups = [o for o in observations if o.tool == "lookup_knowledge"]
@@ -300,41 +407,71 @@ class OfflinePlanner:
                 calls.append(ToolCall(id=f"s{step}-{label}", name="query_logs", arguments=args_log))
                 used["query_logs"] = used.get("query_logs", 0) + 1
                 total += 1
-        ranked = sorted(candidates, key=lambda c: (-c.seen, c.rank))
+        ranked, _, _, confirmed, _ = self._verdict(candidates)
+        # The leading hypothesis by weight, even when its evidence is all shared with an alternative.
         best = ranked[0] if ranked else None
-        runner = ranked[1].seen if len(ranked) > 1 else 0.0
-        confirmed = best is not None and best.seen >= ROOT_THRESHOLD and best.strong and best.seen - runner >= MARGIN
         can_lookup = "lookup_knowledge" in offered and "lookup_knowledge" not in blocked
         asked = " ".join(str(o.args.get("query", "")) for o in lookups)
-        # While nothing is confirmed: ask the knowledge base about what was seen and not yet asked
-        # about (the most severe messages, recent changes, the metrics that moved).
-        if can_lookup and not confirmed and len(lookups) < MAX_CALLS_PER_TOOL:
+        # While nothing is confirmed, or nothing seen tells the leader apart: ask the knowledge base
+        # about what was seen and not yet asked about (the most severe messages, recent changes,
+        # the metrics that moved).
+        # Nothing seen tells the leader apart, and a client error names the component of an
+        # alternative its cards name: that alternative's knowledge must be in view.
+        named = self._named(observations)
+        undiscriminated = (
+            best is not None
+            and not any(s.discriminating for s, _ in best.hits)
+            and any(p.partition("/")[0] in named - {best.component} for p in best.distinguishes_from)
+        )
+        repeat_query = ""
+        if can_lookup and (not confirmed or undiscriminated) and len(lookups) < MAX_CALLS_PER_TOOL:
             lines = self._error_lines(observations, asked)
-            if lines:
+            # Messages that only repeat, with other numbers, what was asked already wait until no
+            # differential lookup is left to make.
+            asked_shape = re.sub(r"\d+", "#", asked)
+            repeat = [ln for ln in lines if re.sub(r"\d+", "#", ln) not in asked_shape] == []
+            if lines and not repeat:
                 calls.append(ToolCall(id=f"s{step}-k", name="lookup_knowledge", arguments={"query": " ".join(lines)[:1000], "top_k": LOOKUP_TOP_K}))
+            elif lines:
+                repeat_query = " ".join(lines)[:1000]
         # Differential lookups: knowledge about what the leading hypothesis must be told apart from
         # (one lookup per alternative not yet among the candidates), and about the leading
-        # hypothesis itself when only a general card proposed it; while it is not yet confirmed
-        # or the runtime evidence is not all in view.
-        if best is not None and best.strong and can_lookup:
+        # hypothesis itself when only a general card proposed it or it is not confirmed; while it is not yet confirmed,
+        # the runtime evidence is not all in view, or nothing seen tells it apart.
+        # They wait for a lookup of the evidence issued in this step: what it brings is not asked again.
+        asked_evidence = any(c.id == f"s{step}-k" for c in calls)
+        if best is not None and best.seen > 0 and can_lookup and not asked_evidence:
             incomplete = any(o.omitted for o in observations if o.tool != "lookup_knowledge") or any(t.startswith("inspect_") for t in offered)
             keys = {c.key for c in candidates}
-            general = all(len(self.kb.cards[cid].hypotheses) > 2 for cid in best.cards if cid in self.kb.cards)
-            targets = ([best.key] if general else []) + [p for p in best.distinguishes_from if p not in keys]
+            general = self._general(best)
+            alts = [p for p in best.distinguishes_from if p not in keys] if best.strong else []
+            # Alternatives that a client error in the evidence names come first.
+            alts.sort(key=lambda p: p.partition("/")[0] not in named)
+            # A strongly seen rival known only from a general card is looked up too, so that it is
+            # weighed with all its signals.
+            rivals = [c.key for c in ranked[1:] if c.strong and self._general(c)]
+            targets = alts + ([best.key] if (general and best.strong) or not confirmed else []) + rivals
+            # (While none of its seen signals discriminates, an alternative whose card is not in
+            # view yet may share every one of them.)
             for pair in targets:
-                if not (not confirmed or incomplete) or len(lookups) + sum(1 for c in calls if c.name == "lookup_knowledge") >= MAX_CALLS_PER_TOOL:
+                if not (not confirmed or incomplete or undiscriminated) or len(lookups) + sum(1 for c in calls if c.name == "lookup_knowledge") >= MAX_CALLS_PER_TOOL:
                     break
                 args_dx: dict[str, Any] = {"query": _label(pair.partition("/")[0], pair.partition("/")[2], False), "top_k": LOOKUP_TOP_K}
                 key = json.dumps(["lookup_knowledge", args_dx], sort_keys=True)
                 if key not in done:
                     done.add(key)
                     calls.append(ToolCall(id=f"s{step}-dx{len(calls)}", name="lookup_knowledge", arguments=args_dx))
+        if repeat_query and not any(c.name == "lookup_knowledge" for c in calls):
+            calls.append(ToolCall(id=f"s{step}-k", name="lookup_knowledge", arguments={"query": repeat_query, "top_k": LOOKUP_TOP_K}))
         used["lookup_knowledge"] = used.get("lookup_knowledge", 0) + sum(1 for c in calls if c.name == "lookup_knowledge")
         total += sum(1 for c in calls if c.name == "lookup_knowledge")
         groups: dict[tuple[str, str | None], list[Signal]] = {}
         # While knowledge is still being looked up, spend runtime calls only on hypotheses that
         # already have strong evidence; the others wait for the cards the lookup may bring.
-        pursue = [c for c in ranked if c.strong] if calls else ranked
+        # A hypothesis whose own knowledge is being looked up waits for it too (its card may name
+        # the signals worth the remaining calls).
+        self_looked = {str(c.arguments.get("query")) for c in calls if c.name == "lookup_knowledge" and isinstance(c.arguments, dict)}
+        pursue = [c for c in ranked if c.strong and _label(c.component, c.mechanism, False) not in self_looked] if calls else ranked
         for c in pursue:
             for s in sorted(c.unobservable, key=lambda s: -s.weight):
                 if s.tool in offered and s.tool not in blocked:
@@ -380,19 +517,37 @@ class OfflinePlanner:
             calls.append(ToolCall(id=f"s{step}-{len(calls)}", name=tool, arguments=args))
         return calls
 
+    def _general(self, c: Candidate) -> bool:
+        """Whether only general cards (more than two hypotheses each) propose `c`."""
+        return all(len(self.kb.cards[cid].hypotheses) > 2 for cid in c.cards if cid in self.kb.cards)
+
+    @staticmethod
+    def _named(observations: list[Observation]) -> frozenset[str]:
+        """The components that client errors in the runtime evidence name (outside untrusted spans)."""
+        out: set[str] = set()
+        for o in observations:
+            if o.tool == "lookup_knowledge" or not o.ready:
+                continue
+            for ref in o.refs:
+                if ref.get("raw_path") != "$.no_evidence" and not ref.get("instruction_like"):
+                    out |= names_component(str(ref.get("text", "")))
+        return frozenset(out)
+
     @staticmethod
     def _error_lines(observations: list[Observation], asked: str = "") -> list[str]:
         """The first lines of the most severe messages, and the metrics that moved: a second lookup's query."""
         ranked: list[tuple[int, str]] = []
         metrics: list[str] = []
+        exceptions: list[str] = []
         sev = (("FATAL", 0), ("PANIC", 0), ("ERROR", 1), ("[error]", 1), ("[crit]", 0), ("[emerg]", 0), ("[alert]", 0), ("WARN", 2), ("[warn]", 2))
         for o in observations:
             if o.tool == "lookup_knowledge" or not o.ready:
                 continue
             for ref in o.refs:
-                text = str(ref.get("text", ""))
-                if ref.get("raw_path") == "$.no_evidence":
+                if ref.get("raw_path") == "$.no_evidence" or ref.get("instruction_like"):
                     continue
+                # What an outsider wrote (a request's URL, user agent, body) never steers a lookup.
+                text = outside_spans(str(ref.get("text", "")), ref_spans(ref))
                 if o.tool == "query_metrics":
                     m = re.match(r"^([^\s{]+)\S* first=\S+ last=\S+ min=\S+ max=\S+ delta=(\S+)", text)
                     if m and m.group(2) not in ("0", "0.0") and m.group(1) not in metrics and m.group(1) not in asked:
@@ -408,23 +563,29 @@ class OfflinePlanner:
                     continue
                 msg = first.split("] ", 1)[-1] if o.tool == "query_logs" else first
                 msg = re.sub(r"^\S+ \S+ (UTC )?\[\d+\] ", "", msg)[:140]
-                if msg not in asked and all(msg != m for _, m in ranked):
+                # One message once, whatever its numbers (each timeout's duration and queue length).
+                shape = re.sub(r"\d+", "#", msg)
+                if msg not in asked and all(shape != re.sub(r"\d+", "#", m) for _, m in ranked):
                     ranked.append((rank, msg))
+                # The exceptions an error names anywhere in it (a cause at the end of the line or in
+                # its stack trace): exact identifiers for the knowledge base's identifier index.
+                for exc in _EXCEPTION.findall(text):
+                    if exc not in asked and exc not in msg and exc not in exceptions:
+                        exceptions.append(exc)
         ranked.sort(key=lambda rm: rm[0])
-        return [m for _, m in ranked[:3]] + metrics[:3]
+        return [m for _, m in ranked[:3]] + exceptions[:3] + metrics[:3]
 
     # -- the draft -------------------------------------------------------------------------
     def _draft(self, question: str, candidates: list[Candidate], observations: list[Observation]) -> dict[str, Any]:
         zh = _is_zh(question)
-        ranked = sorted(candidates, key=lambda c: (-c.seen, c.rank))
-        best = ranked[0] if ranked else None
-        runner = ranked[1].seen if len(ranked) > 1 else 0.0
-        confirmed = best is not None and best.seen >= ROOT_THRESHOLD and best.strong and best.seen - runner >= MARGIN
+        ranked, best, runner, confirmed, missing = self._verdict(candidates)
+        if best is not None:
+            ranked = [best] + [c for c in ranked if c is not best]
         claims: list[dict[str, Any]] = []
         hypotheses: list[dict[str, Any]] = []
 
         def cite(h: Hit, anchors: list[str]) -> dict[str, Any]:
-            return {"invocation_id": h.invocation_id, "tool_name": h.tool, "raw_path": h.raw_path, "excerpt": _excerpt(h.text, anchors)}
+            return {"invocation_id": h.invocation_id, "tool_name": h.tool, "raw_path": h.raw_path, "excerpt": _excerpt(h.text, anchors, h.spans)}
 
         def add_claim(text: str, kind: str, cits: list[dict[str, Any]]) -> str:
             cid = f"c{len(claims) + 1}"
@@ -484,20 +645,33 @@ class OfflinePlanner:
                 cits = [cite(h, signal_strings(sg)) for sg, hs in eff_hits[:4] for h in hs[:2]]
                 cid = add_claim(text, "finding", cits[:8])
                 hypotheses.append({"statement": f"{elabel} ({'由 ' + label + ' 引起' if zh else 'explained by ' + label})", "component": eff.component, "mechanism": eff.mechanism, "status": "open", "claim_ids": [cid]})
-            alternatives = [c for c in ranked[1:] if c.seen + MARGIN <= best.seen and c not in effects]
+            # An alternative with a discriminating signal seen is not ruled out: it stays open.
+            alternatives = [c for c in ranked[1:] if c.seen + MARGIN <= best.seen and c not in effects and not any(s.discriminating for s, _ in c.hits)]
             seen_keys = {best.key} | {c.key for c in alternatives}
             extra = [p for p in best.distinguishes_from if p not in seen_keys]
+            by_key = {c.key: c for c in candidates}
+            untested: list[str] = []
             for alt_key in [c.key for c in alternatives][:4] + extra[: max(0, 4 - len(alternatives))]:
                 comp, _, mech = alt_key.partition("/")
                 if len(claims) >= 11 or not top:
                     break
                 alt = _label(comp, mech, zh)
-                ex = _excerpt(top[0].text, [])
+                # Ruled out only by evidence from a source able to observe the alternative's
+                # component (and that is no signal of it); else it stays open.
+                tests = self._observing(comp, best, by_key.get(alt_key), observations)
+                if not tests:
+                    untested.append(alt_key)
+                    hypotheses.append({"statement": alt, "component": comp, "mechanism": mech, "status": "open", "claim_ids": []})
+                    limitations.append(
+                        f"未能检验 {alt}：没有能观察 {comp.replace('_', ' ')} 的证据来源" if zh else f"{alt} not tested: no evidence from a source able to observe {comp.replace('_', ' ')}"
+                    )
+                    continue
+                ex = _excerpt(tests[0].text, [], tests[0].spans)
                 text = f"排除 {alt}：证据指向 {label}：“{ex}”" if zh else f"{alt} ruled out: the evidence points to {label}: \"{ex}\""
-                cid = add_claim(text, "finding", [cite(top[0], [])] + [cite(x, []) for x in best.top_hits(4)[1:]])
+                cid = add_claim(text, "finding", [cite(x, []) for x in tests])
                 hypotheses.append({"statement": alt, "component": comp, "mechanism": mech, "status": "ruled_out", "claim_ids": [cid]})
             for c in ranked[1:]:
-                if c in alternatives or c in effects:
+                if c in alternatives or c in effects or c.key in untested:
                     continue
                 hypotheses.append({"statement": _label(c.component, c.mechanism, zh), "component": c.component, "mechanism": c.mechanism, "status": "open", "claim_ids": []})
             for action in best.recovery[:2]:
@@ -530,6 +704,9 @@ class OfflinePlanner:
                 limitations.append(
                     f"证据不足以区分候选原因（最强 {best.seen:g}，次强 {runner:g}）" if zh else f"The evidence does not single out one cause (strongest {best.seen:g}, runner-up {runner:g})"
                 )
+                lead = _label(best.component, best.mechanism, zh)
+                for en, zh_text in missing:
+                    limitations.append(f"{lead} 未确认：{zh_text}" if zh else f"{lead} not confirmed: {en}")
             summary = (
                 "未发现足以确认根因的证据；已检查的信号见下，未命中的查询仅表示该查询没有匹配。"
                 if zh
@@ -566,6 +743,30 @@ class OfflinePlanner:
             "limitations": limitations[:20],
             "next_steps": next_steps[:20],
         }
+
+    @staticmethod
+    def _observing(component: str, best: Candidate, alt: Candidate | None, observations: list[Observation]) -> list[Hit]:
+        """Up to 4 refs from sources able to observe `component` that are no signal of the
+        alternative: the confirmed hypothesis's own evidence first, then any other runtime ref;
+        `mock` data last."""
+        against = {_record(h) for _, hs in (alt.hits if alt else []) for h in hs}
+        out: list[Hit] = []
+        pool = [h for _, hs in sorted(best.hits, key=lambda sh: -sh[0].weight) for h in hs]
+        for o in observations:
+            if o.tool == "lookup_knowledge" or not o.ready:
+                continue
+            for ref in o.refs:
+                if ref.get("raw_path") == "$.no_evidence" or ref.get("instruction_like"):
+                    continue
+                pool.append(Hit(invocation_id=o.invocation_id, tool=o.tool, raw_path=str(ref.get("raw_path", "")), text=str(ref.get("text", "")), data_source=str(ref.get("data_source", o.data_source)), kind=o.kind, spans=ref_spans(ref)))
+        for h in sorted(pool, key=lambda h: h.data_source == "mock"):
+            if len(out) >= 4:
+                break
+            if h.key in {x.key for x in out} or _record(h) in against:
+                continue
+            if component in observed_components(h.tool, h.kind, h.text):
+                out.append(h)
+        return out
 
     @staticmethod
     def _card_hit(c: Candidate, observations: list[Observation]) -> Hit | None:

@@ -1,0 +1,204 @@
+"""Whether one evidence ref matches one card signal: the single test the offline planner and the
+EvidenceGuard share (docs/knowledge-cards.md, "Signals").
+
+`ref_matches(signal, tool, kind, raw_path, text, spans)` takes a ref as a model observation shows
+it. The parts of the text an outsider controls (`spans`, half-open character offsets into
+`text`: a request's URL, user agent, quoted body …) are blanked before testing, so a signal
+whose only occurrence lies inside them is no match.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from rootproof.kb.cards import Signal
+from rootproof.tools.refs import fold_text
+
+__all__ = ["as_number", "compare", "norm", "ref_matches", "row_of", "where_holds"]
+
+Spans = Iterable[Sequence[int]]
+"""Half-open `[start, end)` character offsets into a ref's text."""
+
+
+def norm(text: str) -> str:
+    """Folded text (`fold_text`) with runs of whitespace made one space: what signals compare."""
+    return " ".join(fold_text(text).split())
+
+
+def _blank(text: str, spans: Spans) -> str:
+    """`text` with every span replaced by NUL characters (same length): like
+    `rootproof.boundary.provenance.outside_spans`, but a span is a barrier rather than a space, so
+    words on either side of it never join into a match."""
+    out = text
+    for span in spans:
+        start, end = max(0, int(span[0])), min(len(text), int(span[1]))
+        if start < end:
+            out = out[:start] + "\x00" * (end - start) + out[end:]
+    return out
+
+
+_DURATION = re.compile(r"^(?:(\d+) days? )?(\d+):(\d{2}):(\d{2}(?:\.\d+)?)$")
+
+
+def as_number(v: Any) -> float | None:
+    """A number, a percentage, or a duration (`00:24:32.118`, `1 day 02:00:00`) in seconds."""
+    text = str(v).strip()
+    try:
+        return float(text.rstrip("%"))
+    except ValueError:
+        pass
+    m = _DURATION.match(text)
+    if m:
+        days = int(m.group(1) or 0)
+        return days * 86400 + int(m.group(2)) * 3600 + int(m.group(3)) * 60 + float(m.group(4))
+    return None
+
+
+def compare(actual: Any, op: str, expected: Any) -> bool:
+    """`actual OP expected`: numbers (and durations) numerically, else folded text."""
+    a, e = as_number(actual), as_number(expected)
+    if op == "contains":
+        return norm(str(expected)) in norm(str(actual))
+    if op in ("eq", "ne"):
+        same = (a == e) if a is not None and e is not None else norm(str(actual)) == norm(str(expected))
+        return same if op == "eq" else not same
+    if a is None or e is None:
+        return False
+    return {"gt": a > e, "ge": a >= e, "lt": a < e, "le": a <= e}[op]
+
+
+_WHERE_OPS = ((">=", "ge"), ("<=", "le"), ("!=", "ne"), (">", "gt"), ("<", "lt"))
+
+
+def where_holds(row: Mapping[str, Any], cond: Mapping[str, Any]) -> bool:
+    """Whether a table row satisfies every condition of a `where` test."""
+    for key, want in cond.items():
+        if key not in row:
+            return False
+        have = row[key]
+        if isinstance(want, list):
+            if not any(compare(have, "eq", w) for w in want):
+                return False
+            continue
+        if isinstance(want, str):
+            w = want.strip()
+            if w == "nonempty":
+                if not have:
+                    return False
+                continue
+            for op, name in _WHERE_OPS:
+                if w.startswith(op):
+                    if not compare(have, name, w[len(op) :].strip()):
+                        return False
+                    break
+            else:
+                if not compare(have, "eq", w):
+                    return False
+            continue
+        if not compare(have, "eq", want):
+            return False
+    return True
+
+
+def row_of(tool: str, text: str) -> dict[str, Any] | None:
+    """The table row a ref's text shows: a JSON object, or Redis's `key=value` client line."""
+    if text.startswith("{"):
+        try:
+            row = json.loads(text)
+            return row if isinstance(row, dict) else None
+        except json.JSONDecodeError:
+            return None
+    if tool == "inspect_redis":
+        return dict(p.split("=", 1) for p in text.split() if "=" in p)
+    return None
+
+
+def _row_outside(tool: str, text: str, blanked: str, has_spans: bool) -> dict[str, Any] | None:
+    """The row, without the string values an outsider wrote (those occurring only inside spans)."""
+    row = row_of(tool, text)
+    if row is None or not has_spans:
+        return row
+    kept: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, str) and value.strip() and value not in blanked:
+            continue
+        kept[key] = value
+    return kept
+
+
+_SERIES = re.compile(
+    r"^(?P<metric>[^\s{]+)(?P<labels>\{[^}]*\})? first=(?P<first>\S+) last=(?P<last>\S+) "
+    r"min=(?P<min>\S+) max=(?P<max>\S+) delta=(?P<delta>\S+) mean=(?P<mean>\S+)"
+)
+
+
+def _field_value(path: str, text: str) -> tuple[str, str] | None:
+    name = path.rsplit(".", 1)[-1].strip("[]'")
+    for sep in (" = ", ":", ": "):
+        if text.startswith(name + sep):
+            return name, text[len(name) + len(sep) :].strip()
+    return None
+
+
+def ref_matches(
+    signal: Signal,
+    tool: str,
+    kind: str | None,
+    raw_path: str,
+    text: str,
+    spans: Spans = (),
+) -> bool:
+    """Whether the ref (`tool`/`kind` of the call that returned it, its `raw_path` and `text`)
+    passes `signal`'s test, looking only outside the untrusted `spans` of `text`.
+
+    The ref must come from the signal's tool (and kind, when the signal names one). `match`/`any`
+    test the folded text; `where` one table row (string values that occur only inside spans are
+    dropped); `field` an `info`/`config`/`settings`/`status` field; `metric` a series summary.
+    `$.no_evidence` is never a match.
+    """
+    if tool != signal.tool or raw_path == "$.no_evidence":
+        return False
+    if signal.kind is not None and kind != signal.kind:
+        return False
+    span_list = [(int(s[0]), int(s[1])) for s in spans]
+    visible = _blank(text, span_list) if span_list else text
+    test = signal.test
+    if test == "match":
+        nt = norm(visible)
+        return all(norm(s) in nt for s in signal.match or [])
+    if test == "any":
+        nt = norm(visible)
+        return any(norm(s) in nt for s in signal.any_ or [])
+    if test == "where":
+        if not raw_path.startswith("$.rows["):
+            return False
+        row = _row_outside(tool, text, visible, bool(span_list))
+        return row is not None and where_holds(row, dict(signal.where or {}))
+    if test == "field":
+        fv = _field_value(raw_path, visible)
+        return (
+            fv is not None
+            and norm(fv[0]) == norm(signal.field or "")
+            and signal.op is not None
+            and compare(fv[1], signal.op, signal.value)
+        )
+    m = _SERIES.match(visible)
+    if not m or not fnmatch.fnmatch(norm(m.group("metric")), norm(signal.metric or "")):
+        return False
+    if signal.labels:
+        labels = m.group("labels") or ""
+        if not all(f'{k}="{v}"' in labels for k, v in signal.labels.items()):
+            return False
+    thr = signal.threshold or 0.0
+    val = {k: as_number(m.group(k)) for k in ("delta", "max", "min")}
+    if signal.trend == "rises":
+        return val["delta"] is not None and val["delta"] > thr
+    if signal.trend == "falls":
+        return val["delta"] is not None and val["delta"] < -thr
+    if signal.trend == "high":
+        return val["max"] is not None and val["max"] >= thr
+    return val["min"] is not None and val["min"] <= thr
