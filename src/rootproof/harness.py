@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,7 @@ from rootproof.tools.base import TOOLS, ToolBackend
 
 if TYPE_CHECKING:
     from rootproof.kb import KnowledgeBase
+    from rootproof.kb.cards import Card
     from rootproof.scenarios.types import Alert, Scenario
 
 __all__ = ["Harness", "RunOutcome", "thin_evidence"]
@@ -123,6 +125,7 @@ class Harness:
         self._kb = knowledge
         self._kb_lock = threading.Lock()
         self._taxonomy: Taxonomy | None = None
+        self._cards: Mapping[str, Card] | None = None
 
     # -- parts ------------------------------------------------------------------------
     @property
@@ -180,6 +183,22 @@ class Harness:
                 kb = self._kb
             self._taxonomy = card_taxonomy(kb.cards.values()) if kb is not None else taxonomy_for(self.settings.cards_dir)
         return self._taxonomy
+
+    def cards(self) -> Mapping[str, Card]:
+        """The card catalogue the EvidenceGuard reads (ROOT_CAUSE_NOT_DISCRIMINATED), for every run.
+
+        The knowledge base's cards when it is loaded; else the cards alone, parsed once (no
+        index), so a model that never looks knowledge up still meets the discrimination rule.
+        """
+        with self._kb_lock:
+            if self._kb is not None:
+                return self._kb.cards
+            if self._cards is None:
+                from rootproof.kb.cards import load_cards
+
+                extra = [self.settings.cards_dir] if self.settings.cards_dir else []
+                self._cards = load_cards(extra, max_bytes=self.settings.max_card_bytes)
+            return self._cards
 
     def budget(self, scenario: Scenario | None = None) -> RunBudget:
         """Budget from settings, with a scenario's overrides."""
@@ -429,7 +448,7 @@ class Harness:
             content_type="KNOWLEDGE_ANSWER" if knowledge else "DIAGNOSIS_REPORT",
             root_cause_rules=not knowledge,
             taxonomy=self.taxonomy(),
-            cards=self._kb.cards if self._kb is not None else None,
+            cards=self.cards(),
         )
         out.draft, out.evidence, out.semantic = loop.draft, decision.evidence, decision.semantic
         record.self_evaluation = {
