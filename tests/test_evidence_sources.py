@@ -154,3 +154,20 @@ def test_the_doc_lists_every_row_of_the_table() -> None:
         )
     for comp, _, doc in CLIENT_ERRORS:
         assert f"| {comp} | {doc} |" in text, comp
+
+
+def test_a_users_namespaced_component_is_observed_by_the_logs_and_metrics_named_after_it() -> None:
+    from rootproof.evidence_sources import from_component, observes
+
+    line = "2026-09-21T09:12:00.000Z ERROR ledger-service [ledger-service.log] LedgerLockWait: posting 4120 waited 30000 ms"
+    other = "2026-09-21T09:12:00.000Z ERROR checkout [checkout.log] posting failed"
+    naming = "2026-09-21T09:12:00.000Z ERROR checkout [checkout.log] acme ledger refused: ledger lock held"
+    assert observes("acme.ledger", "query_logs", None, line)
+    assert not observes("acme.ledger", "query_logs", None, other)
+    assert observes("acme.ledger_postings", "query_metrics", None, "ledger_postings_waiting{} first=0 last=9")
+    assert not observes("acme.ledger", "inspect_postgres", "activity", '{"pid":1}')
+    assert from_component("acme.ledger", "query_logs", None, naming)
+    assert not from_component("acme.ledger", "query_logs", None, other)
+    # the built-in table is unchanged for built-in components
+    assert observes("postgresql", "inspect_postgres", "locks", '{"pid":1}')
+    assert not from_component("redis", "query_logs", None, other)

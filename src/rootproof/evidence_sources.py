@@ -21,10 +21,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rootproof.boundary.provenance import outside_spans, untrusted_spans
-from rootproof.taxonomy import COMPONENTS
+from rootproof.taxonomy import COMPONENTS, is_namespaced
 from rootproof.tools.refs import parse_log_ref
 
-__all__ = ["CLIENT_ERRORS", "SOURCE_RULES", "SourceRule", "names_component", "observed_components"]
+__all__ = [
+    "CLIENT_ERRORS",
+    "SOURCE_RULES",
+    "SourceRule",
+    "from_component",
+    "names_component",
+    "observed_components",
+    "observes",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -319,3 +327,48 @@ def names_component(
     if log is not None:
         text = text[len(ref_text) - len(log.message) :]
     return frozenset(c for c, pat in _CLIENT if (only is None or c == only) and pat.search(text))
+
+
+def _namespaced_word(component: str) -> re.Pattern[str]:
+    """The name part of `<namespace>.<name>`, as a word, `_` matching `_`, `-`, `.` or a space."""
+    name = component.partition(".")[2]
+    body = r"[-_. ]?".join(re.escape(part) for part in name.split("_") if part)
+    return re.compile(rf"(?<![a-z0-9]){body}(?![a-z0-9])", re.I)
+
+
+def observes(component: str, tool: str, kind: str | None, ref_text: str) -> bool:
+    """Whether a ref from this source is able to observe `component`.
+
+    Built-in components: the table (`observed_components`). A namespaced component a user's card
+    adds (`acme.ledger`, docs/taxonomy.md) has no row; it is observed by the logs of a service or
+    source, and by the metrics, whose name carries its name part as a word (`ledger-service`,
+    `ledger_postings_waiting`).
+    """
+    if not is_namespaced(component):
+        return component in observed_components(tool, kind, ref_text)
+    if tool == "query_logs":
+        log = parse_log_ref(ref_text)
+        return log is not None and _namespaced_word(component).search(f"{log.service} {log.source}") is not None
+    if tool == "query_metrics":
+        m = _METRIC_NAME.match(ref_text)
+        return m is not None and _namespaced_word(component).search(m.group(0)) is not None
+    return False
+
+
+def from_component(
+    component: str, tool: str, kind: str | None, ref_text: str, *, spans: Sequence[Sequence[int]] | None = None
+) -> bool:
+    """Whether the ref comes from a source observing `component` or is a client error naming it.
+
+    A namespaced component is named by a client error (WARN or above) whose message says its
+    name part as a word, outside untrusted spans.
+    """
+    if observes(component, tool, kind, ref_text):
+        return True
+    if not is_namespaced(component):
+        return component in names_component(ref_text, spans=spans, only=component)
+    log = parse_log_ref(ref_text)
+    if log is None or log.level.upper() not in _SEVERE_LEVELS:
+        return False
+    text = outside_spans(ref_text, untrusted_spans("query_logs", ref_text) if spans is None else spans)
+    return _namespaced_word(component).search(text[len(ref_text) - len(log.message) :]) is not None

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rootproof.agent.draft import DiagnosisDraft, parse_draft
 from rootproof.boundary.provenance import Span, record_key, untrusted_spans
 from rootproof.boundary.store import CanonicalStore, InvocationStatus
-from rootproof.evidence_sources import names_component, observed_components
+from rootproof.evidence_sources import from_component, observes
 from rootproof.guard.rules import rules_for
 from rootproof.taxonomy import Taxonomy
 from rootproof.tools.refs import NO_EVIDENCE_PATH, normalize_text, ref_text
@@ -410,15 +410,13 @@ def _uncorroborated(
 ) -> list[Violation]:
     """EG-15: ≥ 2 independent records, at least one from the component or a client error naming it."""
     records = {record_key(c.ref_text) for c, _ in support}
-    from_component = any(
-        component in observed_components(c.tool_name, c.kind, c.ref_text)
-        or component in names_component(c.ref_text, spans=spans, only=component)
-        for c, spans in support
+    anchored = any(
+        from_component(component, c.tool_name, c.kind, c.ref_text, spans=spans) for c, spans in support
     )
     problems = []
     if len(records) < 2:
         problems.append(f"{len(records)} independent runtime record(s) outside untrusted spans, 2 needed")
-    if not from_component:
+    if not anchored:
         problems.append(f"no cited ref comes from {component} or is a client error naming it")
     if not problems:
         return []
@@ -432,7 +430,7 @@ def _ruled_out_untested(draft: DiagnosisDraft, verified: list[VerifiedCitation])
         if h.status != "ruled_out":
             continue
         cits = [c for c in verified if c.claim_id in set(h.claim_ids) and _runtime(c)]
-        if not any(h.component in observed_components(c.tool_name, c.kind, c.ref_text) for c in cits):
+        if not any(observes(h.component, c.tool_name, c.kind, c.ref_text) for c in cits):
             out.append(
                 Violation(
                     code=ViolationCode.RULED_OUT_UNTESTED,

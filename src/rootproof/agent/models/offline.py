@@ -36,7 +36,7 @@ from rootproof.agent.models.evidence_view import (
     signal_strings,
 )
 from rootproof.boundary.provenance import outside_spans, record_key
-from rootproof.evidence_sources import names_component, observed_components
+from rootproof.evidence_sources import from_component, names_component, observes
 from rootproof.kb.signals import ref_matches
 from rootproof.taxonomy import recovery_policy
 from rootproof.tools.refs import parse_log_ref
@@ -178,7 +178,7 @@ def _distinct_first(hits: list[Hit]) -> list[Hit]:
 
 def _from_component(component: str, h: Hit) -> bool:
     """Whether the ref comes from a source that observes `component`, or is a client error naming it."""
-    return component in observed_components(h.tool, h.kind, h.text) or component in names_component(h.text)
+    return from_component(component, h.tool, h.kind, h.text, spans=h.spans or None)
 
 
 @dataclass(kw_only=True)
@@ -764,7 +764,7 @@ class OfflinePlanner:
                 break
             if h.key in {x.key for x in out} or _record(h) in against:
                 continue
-            if component in observed_components(h.tool, h.kind, h.text):
+            if observes(component, h.tool, h.kind, h.text):
                 out.append(h)
         return out
 
