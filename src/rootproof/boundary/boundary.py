@@ -224,15 +224,27 @@ class ToolBoundary:
             i, inv, tool, args = admitted[0]
             outcomes[i] = self._finish(self._execute(inv, tool, args), requests[i].call_id)
         elif admitted:
-            pool = self._pool or ThreadPoolExecutor(max_workers=min(8, len(admitted)), thread_name_prefix="tool")
+            # One lane per call, except that a sequential tool's calls share one lane in request
+            # order: which of two lookups in a step gets a card must not depend on thread timing.
+            lanes: dict[str, list[tuple[int, CanonicalInvocation, ToolDefinition, BaseModel]]] = {}
+            lane_of: dict[int, str] = {}
+            for item in admitted:
+                lane_of[item[0]] = item[2].name if item[2].sequential else f"#{item[0]}"
+                lanes.setdefault(lane_of[item[0]], []).append(item)
+            pool = self._pool or ThreadPoolExecutor(max_workers=min(8, len(lanes)), thread_name_prefix="tool")
             try:
-                futures = {i: pool.submit(self._execute, inv, tool, args) for i, inv, tool, args in admitted}
-                for i, fut in futures.items():
-                    outcomes[i] = self._finish(fut.result(), requests[i].call_id)
+                futures = {lane: pool.submit(self._run_lane, items) for lane, items in lanes.items()}
+                for i, *_ in admitted:
+                    outcomes[i] = self._finish(futures[lane_of[i]].result()[i], requests[i].call_id)
             finally:
                 if self._pool is None:
                     pool.shutdown(wait=False)
         return [o for o in outcomes if o is not None]
+
+    def _run_lane(
+        self, items: list[tuple[int, CanonicalInvocation, ToolDefinition, BaseModel]]
+    ) -> dict[int, CanonicalInvocation]:
+        return {i: self._execute(inv, tool, args) for i, inv, tool, args in items}
 
     # -- chain ----------------------------------------------------------------------------
     def _new(self, req: ToolCallRequest) -> CanonicalInvocation:

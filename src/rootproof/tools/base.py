@@ -179,6 +179,9 @@ class ToolDefinition:
     backend: Literal["runtime", "knowledge"] = "runtime"
     read_only: bool = True
     paged_kinds: frozenset[str] = frozenset()
+    sequential: bool = False
+    """Its calls in one step run one after another, in the order asked: its backend keeps
+    per-run state that each call reads and writes (lookup_knowledge's de-duplication of cards)."""
 
     def json_schema(self) -> dict[str, Any]:
         """The argument schema a model is shown."""
@@ -196,6 +199,7 @@ TOOLS: dict[str, ToolDefinition] = {
             "what to check, never prove what happened in this incident.",
             args_model=LookupKnowledgeArgs,
             backend="knowledge",
+            sequential=True,
         ),
         ToolDefinition(
             name="query_logs",
