@@ -211,7 +211,8 @@ class ToolBoundary:
         return self.call_many([request])[0]
 
     def call_many(self, requests: list[ToolCallRequest]) -> list[ToolOutcome]:
-        """Check each call in order; execute the admitted ones in parallel; return outcomes in order."""
+        """Check each call in order; execute the admitted ones in parallel (a sequential tool's calls one
+        after another, in request order); return outcomes in order."""
         admitted: list[tuple[int, CanonicalInvocation, ToolDefinition, BaseModel]] = []
         outcomes: list[ToolOutcome | None] = [None] * len(requests)
         for i, req in enumerate(requests):
