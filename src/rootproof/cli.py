@@ -307,6 +307,8 @@ def tool_call(
         parsed = json.loads(args)
     except json.JSONDecodeError as exc:
         raise UsageError(f"--args: not valid JSON ({exc.msg} at position {exc.pos})") from None
+    except (ValueError, RecursionError):  # a number of thousands of digits, or arrays nested thousands deep
+        raise UsageError("--args: not usable JSON (a number too long or nesting too deep)") from None
     if not isinstance(parsed, dict):
         raise UsageError("--args: expected a JSON object")
     if TOOLS[name].backend == "runtime" and scenario is None:
