@@ -241,3 +241,15 @@ def test_hostile_model_server_answers_are_no_internal_error(tmp_path: Path, repl
     assert out.fallback_type != "INTERNAL_ERROR"
     doc: dict[str, Any] = json.loads(json.dumps(out.content))
     assert doc["content_type"] == "SAFE_FALLBACK"
+
+
+# -- "no fault found" from a model that never looked ---------------------------------------------
+
+
+def test_no_fault_found_without_any_evidence_call_is_not_published(harness: Harness) -> None:
+    sc = load_scenario(PG_ROW_LOCK)
+    draft = {"summary": "Everything is fine, no fault", "root_cause": None, "claims": []}
+    out = harness.diagnose(sc.question, scenario=sc, model=ScriptedModel([ScriptedStep(draft=draft)]))
+    assert out.release_outcome == "FALLBACK" and out.fallback_type == "INSUFFICIENT_EVIDENCE"
+    assert out.content is not None
+    assert any("No evidence tool" in line for line in out.content["fallback"]["limitations"])
