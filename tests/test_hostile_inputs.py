@@ -253,3 +253,20 @@ def test_no_fault_found_without_any_evidence_call_is_not_published(harness: Harn
     assert out.release_outcome == "FALLBACK" and out.fallback_type == "INSUFFICIENT_EVIDENCE"
     assert out.content is not None
     assert any("No evidence tool" in line for line in out.content["fallback"]["limitations"])
+
+
+# -- a --json FILE that cannot be written ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [("eval", "guard"), ("eval", "snapshot", "--scenarios", "pg-row-lock"), ("eval", "retrieval")],
+    ids=["guard", "snapshot", "retrieval"],
+)
+def test_eval_json_file_that_is_a_folder(tmp_path: Path, cmd: tuple[str, ...]) -> None:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    p = rp(*cmd, "--json", str(folder), home=tmp_path)
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    assert p.stderr.strip().splitlines()[-1] == f"Error: {folder}: Is a directory", p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and "internal failure" not in p.stderr
