@@ -270,3 +270,13 @@ def test_eval_json_file_that_is_a_folder(tmp_path: Path, cmd: tuple[str, ...]) -
     assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
     assert p.stderr.strip().splitlines()[-1] == f"Error: {folder}: Is a directory", p.stderr[-2000:]
     assert "Traceback" not in p.stderr and "internal failure" not in p.stderr
+
+
+@pytest.mark.parametrize("since", ["٥m", "５m", "1٠m"])
+def test_since_with_non_ascii_digits_is_refused(since: str) -> None:
+    from pydantic import ValidationError
+
+    from rootproof.tools.base import QueryLogsArgs
+
+    with pytest.raises(ValidationError, match="since must look like 30m"):
+        QueryLogsArgs.model_validate({"query": "lock", "since": since})
