@@ -159,7 +159,8 @@ R, X, T = InvocationStatus.READY, InvocationStatus.REJECTED, InvocationStatus.TI
             ],
             None,
         ),
-        ([], None),
+        ([], "INSUFFICIENT_EVIDENCE"),  # a run that never looked
+        ([("lookup_knowledge", R, None)], "INSUFFICIENT_EVIDENCE"),
     ],
 )
 def test_thin_evidence_rule(

@@ -16,6 +16,7 @@ refused. A run's record keeps at most `max_stored_related_alerts` related alerts
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +46,7 @@ _ZERO_TIME_YEAR = 1  # Alertmanager and Grafana send 0001-01-01T00:00:00Z for "n
 MAX_RELATED = 20
 MAX_DEPTH = 16
 """Deepest nesting of mappings and lists an alert payload may use (webhooks use 4)."""
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 ROUTER_TEXT_CHARS = 2000
 """The router reads at most this much of an alert (its title and labels)."""
 
@@ -346,11 +348,15 @@ def check_alert_size(data: Any, limits: InputLimits = DEFAULT_LIMITS, *, source:
         if isinstance(value, str):
             if len(value) > cap:
                 raise AlertError(path or "(payload)", f"{len(value)} characters, more than the cap of {cap} (ROOTPROOF_MAX_ALERT_FIELD_CHARS)", source=source)
+            if _SURROGATE.search(value):  # JSON's `\ud800` escape: no text can be stored or printed with it
+                raise AlertError(path or "(payload)", "holds a lone surrogate (an invalid \\uD800-\\uDFFF escape)", source=source)
             total += len(value) + 3
         elif isinstance(value, Mapping):
             for k, v in value.items():
                 key = str(k)
                 where = f"{path}.{key[:80]}" if path else key[:80]
+                if _SURROGATE.search(key):
+                    raise AlertError(where.encode("utf-8", "replace").decode(), "a key holds a lone surrogate (an invalid \\uD800-\\uDFFF escape)", source=source)
                 if len(key) > cap:
                     raise AlertError(where + "…", f"a key of {len(key)} characters, more than the cap of {cap} (ROOTPROOF_MAX_ALERT_FIELD_CHARS)", source=source)
                 total += len(key) + 4
@@ -420,7 +426,11 @@ def load_alert_file(path: Path, limits: InputLimits = DEFAULT_LIMITS) -> AlertPa
         raise AlertError("(file)", f"cannot read it: {exc}", source=str(path)) from None
     try:
         data = json.loads(text)  # most payloads are JSON, which has no aliases
-    except ValueError:
+    except RecursionError:
+        raise AlertError("(file)", f"nested deeper than {MAX_DEPTH} levels", source=str(path)) from None
+    except ValueError as exc:
+        if not isinstance(exc, json.JSONDecodeError):  # a number of more than 4300 digits
+            raise AlertError("(file)", "a number of more than 4300 digits", source=str(path)) from None
         try:
             data = parse_yaml_values(text, str(path))
         except yaml.YAMLError as exc:

@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape as markup_escape
 
-from rootproof.errors import ConfigError, RootproofError, ScenarioError, StoreOpenError, UsageError
+from rootproof.errors import ConfigError, ScenarioError, StoreOpenError, UsageError
 from rootproof.kb.cli import kb_app
 from rootproof.run.context import RunCancellation
 from rootproof.run.records import EventRecord
@@ -83,6 +83,9 @@ def fail(exc: BaseException) -> None:
         raise typer.Exit(2)
     if isinstance(exc, ConfigError | UsageError):
         print(terminal_safe(f"Error: {exc}"), file=sys.stderr)
+        raise typer.Exit(2)
+    if isinstance(exc, OSError) and exc.filename is not None:  # a file named on the command line (`--json FILE`)
+        print(terminal_safe(f"Error: {exc.filename}: {exc.strerror or exc}"), file=sys.stderr)
         raise typer.Exit(2)
     name = type(exc).__name__
     print(terminal_safe(f"Error: internal failure: {name}: {exc}"), file=sys.stderr)
@@ -307,6 +310,8 @@ def tool_call(
         parsed = json.loads(args)
     except json.JSONDecodeError as exc:
         raise UsageError(f"--args: not valid JSON ({exc.msg} at position {exc.pos})") from None
+    except (ValueError, RecursionError):  # a number of thousands of digits, or arrays nested thousands deep
+        raise UsageError("--args: not usable JSON (a number too long or nesting too deep)") from None
     if not isinstance(parsed, dict):
         raise UsageError("--args: expected a JSON object")
     if TOOLS[name].backend == "runtime" and scenario is None:
@@ -482,11 +487,17 @@ _mount_eval()
 
 
 def main() -> None:
-    """Entry point."""
+    """Entry point. Errors that escape a command body (the `eval` commands are not `guarded`)
+    get the same mapping as inside one: one line and an exit code, never a traceback."""
     try:
-        app()
-    except RootproofError as exc:  # errors raised outside a command body
-        fail(exc)
+        try:
+            app()
+        except BrokenPipeError:
+            _closed_pipe()
+        except Exception as exc:  # noqa: BLE001 - mapped to one line and an exit code
+            fail(exc)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
 
 
 if __name__ == "__main__":

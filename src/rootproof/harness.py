@@ -470,7 +470,8 @@ class Harness:
             thin = thin_evidence(self.canonical.for_run(ctx.run_id))
             if thin is not None:
                 kind, failed = thin
-                self._fallback(ctx, record, events, out, kind, status="SUCCESS", extra=[call_limitation(i, ctx.language) for i in failed])
+                extra = [call_limitation(i, ctx.language) for i in failed] or [_NO_EVIDENCE_CALL.get(ctx.language, _NO_EVIDENCE_CALL["en"])]
+                self._fallback(ctx, record, events, out, kind, status="SUCCESS", extra=extra)
                 return
         if decision.release_outcome == "PUBLISHED" and loop.draft.root_cause is not None:
             record.conclusion = loop.draft.root_cause.model_dump(mode="json", exclude={"claim_ids"})
@@ -560,6 +561,12 @@ def _is_evidence_call(inv: CanonicalInvocation) -> bool:
     return tool is None or tool.backend != "knowledge"
 
 
+_NO_EVIDENCE_CALL = {
+    "en": "No evidence tool (logs, metrics, database, cache, proxy) was called in this run",
+    "zh": "本次诊断未调用任何证据工具（日志、指标、数据库、缓存、代理）",
+}
+
+
 def thin_evidence(invocations: list[CanonicalInvocation]) -> tuple[FallbackType, list[CanonicalInvocation]] | None:
     """The fallback a draft without a root cause gets when its run could barely look, else None.
 
@@ -570,6 +577,8 @@ def thin_evidence(invocations: list[CanonicalInvocation]) -> tuple[FallbackType,
     else INSUFFICIENT_EVIDENCE; the failed calls are returned to be named in its limitations.
     """
     counted = [i for i in invocations if _is_evidence_call(i) and i.refusal_code != "DUPLICATE_SCOPE"]
+    if not counted:  # a run that never looked cannot report that nothing is wrong
+        return FallbackType.INSUFFICIENT_EVIDENCE, []
     failed = _failed_calls(invocations)
     if not failed or len(failed) * 2 < len(counted):
         return None

@@ -145,7 +145,10 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
             raise ConfigError(f"ROOTPROOF_CONFIG: cannot read {path}: {exc.strerror or exc}") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-        file_values = dict(raw.get("rootproof", raw))
+        table = raw.get("rootproof", raw)
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path} key rootproof: expected a table of settings ([rootproof]), got {type(table).__name__}")
+        file_values = dict(table)
     env_keys = {k[len(ENV_PREFIX):].lower() for k in os.environ if k.startswith(ENV_PREFIX)}
     init = {k: v for k, v in file_values.items() if k not in env_keys}
     init.update(overrides)

@@ -188,6 +188,8 @@ def parse_draft(raw: dict[str, Any] | str, taxonomy: Taxonomy | None = None) -> 
             raw = json.loads(raw)
         except json.JSONDecodeError as exc:
             return None, f"draft is not valid JSON: {exc.msg} at position {exc.pos}"
+        except (ValueError, RecursionError):  # a number of thousands of digits, arrays nested thousands deep
+            return None, "draft is not usable JSON: a number too long or nesting too deep"
     if not isinstance(raw, dict):
         return None, "draft must be a JSON object"
     if canonical_size(raw) > MAX_DRAFT_BYTES:

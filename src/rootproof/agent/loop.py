@@ -10,7 +10,9 @@ DEADLINE_EXCEEDED when the run's deadline is what stopped the attempts.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,7 +32,7 @@ from rootproof.agent.models.base import (
 )
 from rootproof.boundary.boundary import ToolBoundary, ToolCallRequest
 from rootproof.boundary.safety import redact
-from rootproof.errors import BudgetExhausted, ModelError, ModelUnavailable, RunCancelled
+from rootproof.errors import BudgetExhausted, ModelError, ModelOutputError, ModelUnavailable, RunCancelled
 from rootproof.run.context import RunCancellation, RunContext
 from rootproof.run.records import ReasoningAuditRecord, StepRecord, TraceSink
 from rootproof.taxonomy import Taxonomy
@@ -112,7 +114,35 @@ class CancellableModel:
         if "error" in box:
             raise box["error"]
         turn: ModelTurn = box["turn"]
-        return turn
+        try:
+            return _without_surrogates(turn)
+        except RecursionError:
+            raise ModelOutputError(f"{self.name}: the answer is nested too deeply") from None
+
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _without_surrogates(turn: ModelTurn) -> ModelTurn:
+    """The turn with every lone surrogate (a model's stray `\\ud800` escape) as U+FFFD: such text
+    can be neither stored nor printed, so it would end the run INTERNAL_ERROR."""
+    return dataclasses.replace(
+        turn,
+        text=_plain(turn.text),
+        reasoning=_plain(turn.reasoning),
+        draft=_plain(turn.draft),
+        tool_calls=[dataclasses.replace(c, id=_plain(c.id), name=_plain(c.name), arguments=_plain(c.arguments)) for c in turn.tool_calls],
+    )
 
 
 def _model_failure_step(ctx: RunContext, sink: TraceSink | None, step: int, messages: list[Message], detail: str, duration: int) -> None:

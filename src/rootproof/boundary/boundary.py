@@ -293,6 +293,8 @@ class ToolBoundary:
                 raw = json.loads(raw) if raw.strip() else {}
             except json.JSONDecodeError as exc:
                 return self._refuse(inv, RefusalCode.INVALID_ARGUMENTS, f"Arguments are not valid JSON ({exc.msg}); send a JSON object matching the tool's schema."), None, None
+            except (ValueError, RecursionError):  # a number of thousands of digits, arrays nested thousands deep
+                return self._refuse(inv, RefusalCode.INVALID_ARGUMENTS, "Arguments are not usable JSON (a number too long or nesting too deep); send a JSON object matching the tool's schema."), None, None
         if not isinstance(raw, dict):
             return self._refuse(inv, RefusalCode.INVALID_ARGUMENTS, "Arguments must be a JSON object matching the tool's schema."), None, None
         try:

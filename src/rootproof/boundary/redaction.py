@@ -47,7 +47,7 @@ _LONG_WORDS = (
 # Short words count only as a whole component (`DB_PASS`, `MYSQL_PWD`, `REDISCLI_AUTH`, `sig`):
 # glued to a prefix they are ordinary words (`bypass`, `passed`, `oauth2`, `design`).
 _SHORT_WORDS = r"pass|pwd|auth|sig"
-_QUALIFIER = r"(?:[_.\-]?(?:b64|base64|hash|value|enc|encrypted|plain|str|string|file_content))?"
+_QUALIFIER = r"(?:[_.\-]?(?:b64|base64|base|hash|value|enc|encrypted|plain|str|string|file_content))?"
 _KEY = (
     rf"(?:[A-Za-z0-9_.\-]*?(?:{_LONG_WORDS})|(?:[A-Za-z0-9.\-]*[_.\-])?(?:{_SHORT_WORDS}))"
     rf"{_QUALIFIER}(?![A-Za-z0-9])"
@@ -59,8 +59,6 @@ _KEY_FULL = re.compile(
 # Keys that look secret but name something public or a setting about secrets.
 _NOT_SECRET_KEYS = frozenset(
     {
-        "pwd",
-        "oldpwd",
         "token_type",
         "auth_type",
         "auth_method",
@@ -71,6 +69,17 @@ _NOT_SECRET_KEYS = frozenset(
         "auth_uri",
     }
 )
+
+# `PWD` and `OLDPWD` are the shell's working folders (`PWD=/srv/app`), `Pwd=` an ADO.NET or ODBC
+# password: the key holds a secret unless its value is a path.
+_PATH_KEYS = frozenset({"pwd", "oldpwd"})
+_PATH_VALUE = re.compile(r"[/~\\]|[A-Za-z]:[/\\]")
+
+
+def _path_value(key: str, value: str) -> bool:
+    """True for `PWD=/srv/app`: a working-folder variable holding a path, not a password."""
+    return key.strip().strip("\"'").casefold() in _PATH_KEYS and _PATH_VALUE.match(value) is not None
+
 
 # A value: double-quoted (JSON escapes kept), JSON-in-a-string (\"…\"), single-quoted, or bare.
 _VALUE = r"""(?:\\"(?P<ev>(?:[^"\\]|\\[^"])*)\\"|"(?P<dv>(?:[^"\\]|\\.)*)"|'(?P<sv>(?:[^'\\]|\\.|'')*)'|(?P<bv>[^\s,;"'<>(){}\[\]，；。、（）」】]+))"""
@@ -248,6 +257,8 @@ def _assign(m: re.Match[str]) -> str:
         value = m.group(group)
         if value is None:
             continue
+        if _path_value(key, value):
+            return m.group(0)
         if group == "bv" and m.group("sep") == ":" and not m.group("kq"):
             # `session:token:884120` is a name (a Redis key), not an assignment: YAML and log
             # `key: value` have a space, JSON has quotes.
@@ -449,7 +460,7 @@ def redact_value(value: Any) -> Any:
             secret = (isinstance(v, str) and v and not _keep(v)) or (
                 isinstance(v, int | float) and not isinstance(v, bool)
             )
-            if secret and isinstance(k, str) and is_secret_key(k):
+            if secret and isinstance(k, str) and is_secret_key(k) and not (isinstance(v, str) and _path_value(k, v)):
                 out[k] = MASK
             else:
                 out[k] = redact_value(v)

@@ -41,6 +41,13 @@ def run_cli(fn: Callable[[], T]) -> T:
         raise typer.Exit(2) from None
     except typer.Exit:
         raise
+    except OSError as exc:
+        if exc.filename is None:
+            print(f"Error: internal failure: {type(exc).__name__}: {exc}", file=sys.stderr)
+            raise typer.Exit(1) from None
+        # a file the user named (`--json FILE`)
+        print(f"Error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
     except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
         print(f"Error: internal failure: {type(exc).__name__}: {exc}", file=sys.stderr)
         raise typer.Exit(1) from None

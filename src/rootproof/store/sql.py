@@ -108,14 +108,23 @@ def _reason(exc: BaseException) -> str:
     return f"{type(source).__name__}: {text[:300]}"
 
 
+_ESCAPE_HINT = "percent-encode special characters in the user and password (@ as %40, : as %3A, / as %2F)"
+
+
 def _parse_url(url: str) -> URL:
     try:
-        return make_url(url)
+        parsed = make_url(url)
     except sa.exc.ArgumentError:
         scheme = url.split("://", 1)[0] if "://" in url else "(none)"
         raise StoreOpenError(
             f"trace store URL is not a SQLAlchemy URL (scheme {scheme!r}); expected {_SUPPORTED}"
         ) from None
+    except ValueError:  # a port that is not a number; the text may hold a piece of the password
+        raise StoreOpenError(f"trace store URL has a port that is not a number; {_ESCAPE_HINT}") from None
+    if parsed.host and "@" in parsed.host:
+        # `user:p@ss@host`: the driver would name `ss@host`, a piece of the password, as the host.
+        raise StoreOpenError(f"trace store URL has '@' in its host part; {_ESCAPE_HINT}")
+    return parsed
 
 
 def _sqlite_memory(url: URL) -> bool:
@@ -145,7 +154,7 @@ def needs_read_only(url: str) -> bool:
     """True when `url` names an existing SQLite file this process may not write (or not beside it)."""
     try:
         parsed = make_url(url)
-    except sa.exc.ArgumentError:
+    except (sa.exc.ArgumentError, ValueError):
         return False  # opening reports the bad URL
     if (
         parsed.get_backend_name() != "sqlite"

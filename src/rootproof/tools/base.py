@@ -40,7 +40,7 @@ MAX_QUERY_TERMS = 64
 """Most terms and phrases in one query."""
 MAX_LABELS = 20
 """Most label matches in one `query_metrics` call."""
-_SINCE = re.compile(r"^(\d{1,12})\s*(s|m|h|d)$")
+_SINCE = re.compile(r"^(\d{1,12})\s*(s|m|h|d)$", re.ASCII)  # `٥m` and `５m` are no durations
 _BAD_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 _TERM = re.compile(r'"[^"]*(?:"|$)|[^\s"]+')
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

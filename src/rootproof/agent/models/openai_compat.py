@@ -319,6 +319,8 @@ class OpenAICompatModel:
                 failure = self._classify(exc)
             except ValueError as exc:  # a JSON content type with a body that is not JSON
                 raise ModelOutputError(f"{self._where}: the response is not valid JSON ({exc})") from None
+            except RecursionError:
+                raise ModelOutputError(f"{self._where}: the response is nested too deeply") from None
             last, last_status = failure.status, failure.http_status
             if attempt == self.max_retries:
                 break
@@ -426,7 +428,7 @@ def extract_json_object(text: str) -> dict[str, Any] | None:
     for candidate in candidates:
         try:
             value = json.loads(candidate)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(value, dict):
             return value
@@ -434,7 +436,7 @@ def extract_json_object(text: str) -> dict[str, Any] | None:
         # Trailing prose with braces of its own: decode the first object and ignore the rest.
         try:
             value, _ = json.JSONDecoder().raw_decode(stripped, start)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         if isinstance(value, dict):
             return value
@@ -450,7 +452,7 @@ def _parse_arguments(raw: object) -> dict[str, Any] | str:
         return {}
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
     return value if isinstance(value, dict) else text
 
