@@ -6,12 +6,13 @@ observations in the conversation. No scenario ids, no ground truth, no per-incid
 
 Steps: (0) look up knowledge and take a broad first look with each allowed runtime tool;
 (1..) call only for signals not yet observable, merged per tool and kind, never repeating a
-scope; then write the draft: the best hypothesis becomes the root cause only if it clears a
+scope, the discriminating signals of the leader and of what tells it apart first (kept in
+budget); then write the draft: the best hypothesis becomes the root cause only if it clears a
 threshold and a margin over the runner-up and what the EvidenceGuard requires holds (two
 independent records, one from the component or a client error naming it, and a signal that
 tells it apart from the alternatives its cards name when all its evidence is shared with
-them); the others are ruled out (citing evidence from a source able to observe them) or left
-open; too little evidence → no root cause, and the draft says what is missing. One record
+them); the others are ruled out (citing evidence from a source able to observe them, and only
+once their discriminating signals were looked at) or left open; too little evidence → no root cause, and the draft says what is missing. One record
 counts once per hypothesis, by the heaviest signal it matched; text an outsider wrote
 (untrusted spans) and text that reads as instructions are never a signal.
 """
@@ -413,8 +414,11 @@ class OfflinePlanner:
         # The discriminating signals of what tells the leader apart (the alternatives its cards name,
         # the causes it explains or that explain it), not yet looked at: checked before the leader's
         # own weaker signals and before more knowledge is looked up; their calls are kept in budget.
+        # Not for a leader resting on one record: it could never be a root cause, and the budget
+        # goes to what may corroborate a cause instead.
         by_key = {c.key: c for c in candidates}
-        related = self._related(best, candidates) if best is not None and best.seen > 0 else []
+        contender = best is not None and best.seen > 0 and len(best.records) >= MIN_RECORDS
+        related = self._related(best, candidates) if best is not None and contender else []
         urgent = [
             s
             for k in related
@@ -485,7 +489,7 @@ class OfflinePlanner:
         # One runtime call stays free for each alternative of the leader whose card is being looked
         # up now: its discriminating signal is checked next step.
         looked_up = {str(c.arguments.get("query")) for c in calls if c.name == "lookup_knowledge" and isinstance(c.arguments, dict)}
-        named_alts = best.distinguishes_from if best is not None and best.seen > 0 else []
+        named_alts = best.distinguishes_from if best is not None and contender else []
         reserve = sum(1 for p in named_alts if p not in by_key and _label(p.partition("/")[0], p.partition("/")[2], False) in looked_up)
         groups: dict[tuple[str, str | None], list[Signal]] = {}
         # While knowledge is still being looked up, spend runtime calls only on hypotheses that
