@@ -27,3 +27,16 @@ def test_a_json_row_copied_with_an_entity_swapped_is_unsupported(swap: str) -> N
     verdict, code = _judge(claim, ROW)
     assert verdict == "UNSUPPORTED", code
     assert code in {OfflineCode.ALTERED_COPY, OfflineCode.IDENTIFIER_NOT_IN_EVIDENCE, OfflineCode.QUOTE_NOT_IN_EVIDENCE}
+
+
+SERIES = 'node_filesystem_avail_bytes{device="/dev/nvme1n1",fstype="ext4",instance="pg-ledger-1",mountpoint="/var/lib/postgresql"} first=11596411699 last=0 min=0 max=11596411699 delta=-11596411699 mean=1985383269.39 unit=bytes window=2026-04-27T22:18:00.000Z..2026-04-27T22:48:00.000Z'
+
+
+@pytest.mark.parametrize("swap", ["coredns", "billing-api"])
+def test_a_metric_series_quoted_with_a_label_swapped_is_unsupported(swap: str) -> None:
+    """The label quotes cut the quoted series into pieces; its unchanged tail is no licence for
+    the swapped label value (found by `eval guard`: a swapped `instance` label was published)."""
+    claim = "根因证据（disk 磁盘满）：“" + SERIES.replace("pg-ledger-1", swap) + "”"
+    verdict, code = _judge(claim, SERIES)
+    assert verdict == "UNSUPPORTED", code
+    assert _judge("根因证据（disk 磁盘满）：“" + SERIES + "”", SERIES) == ("SUPPORTED", None)

@@ -289,3 +289,71 @@ def test_a_rival_resting_on_one_record_does_not_block_a_corroborated_root_cause(
     lone.records.add(("query_logs", "another record"))
     _, _, _, confirmed, missing = planner._verdict([lead, lone])
     assert not confirmed and "leads the runner-up" in missing[0][0]
+
+
+# -- a discriminating signal never looked at (pool leak behind QueuePool timeouts) -------------------
+
+
+def test_an_alternative_whose_discriminating_signal_was_not_checked_is_not_ruled_out() -> None:
+    """An alternative the leader's cards name stays `open` while no observation covered its
+    discriminating signal, and the limitations name that signal."""
+    from rootproof.agent.models.evidence_view import Observation
+    from rootproof.agent.models.offline import OfflinePlanner
+    from rootproof.kb.cards import Signal
+
+    lines = [
+        "2026-08-14T10:47:38.795Z ERROR invoice-api [invoice-api.log] sqlalchemy.exc.TimeoutError: QueuePool limit of size 10 overflow 5 reached, connection timed out, timeout 30.00",
+        "2026-08-14T10:48:02.112Z ERROR invoice-api [invoice-api.log] Exception in ASGI application: sqlalchemy.exc.TimeoutError: QueuePool limit of size 10 overflow 5 reached",
+    ]
+    lead = _candidate(
+        "connection_pool/connection_exhaustion",
+        3,
+        lines,
+        alts=["connection_pool/pool_leak"],
+    )
+    lead.hits.append(lead.hits[0])  # weighed twice to clear the margin; still two records
+    lead.seen = lead.own = 6.0
+    leak = _candidate("connection_pool/pool_leak", 3, [], discriminating=True)
+    leak.hits, leak.seen, leak.own, leak.records = [], 0.0, 0.0, set()
+    leak.unobservable = [
+        Signal.model_validate(
+            {"tool": "query_logs", "any": ["non-checked-in connection"], "weight": 3, "discriminating": True}
+        )
+    ]
+    leak.signals = list(leak.unobservable)
+    obs = Observation(
+        tool="query_logs",
+        args={},
+        invocation_id="i1",
+        status="READY",
+        refs=[
+            {"raw_path": f"$.entries[{i}]", "text": t, "data_source": "snapshot"} for i, t in enumerate(lines)
+        ],
+    )
+    planner = OfflinePlanner.__new__(OfflinePlanner)
+    draft = planner._draft("Why do invoice-api requests fail?", [lead, leak], [obs])
+    status = {(h["component"], h["mechanism"]): h["status"] for h in draft["hypotheses"]}
+    assert status[("connection_pool", "connection_exhaustion")] == "confirmed", draft["limitations"]
+    assert status[("connection_pool", "pool_leak")] == "open", draft["hypotheses"]
+    assert any("pool leak" in lim and "non-checked-in connection" in lim for lim in draft["limitations"])
+
+
+def test_the_leak_signal_is_checked_before_the_pool_exhaustion_is_published(harness: Harness) -> None:
+    """SQLAlchemy QueuePool timeouts fill the first look; the few `non-checked-in connection`
+    warnings are older and cut off. The leak card's discriminating signal is looked for before
+    the budget goes to the exhaustion's weaker checks and further lookups, and the leak is
+    published with the exhausted pool as its consequence."""
+    out = _diagnose(harness, "planner-sqlalchemy-leak-behind-queuepool")
+    assert out.draft is not None
+    assert _rc(out) == "connection_pool/pool_leak", (out.draft.root_cause, out.draft.limitations)
+    assert out.release_outcome == "PUBLISHED", out.evidence and out.evidence.codes
+    statuses = {(h.component, h.mechanism): h.status for h in out.draft.hypotheses}
+    assert statuses.get(("connection_pool", "connection_exhaustion")) != "ruled_out"
+    invs = {o.invocation.invocation_id: o.invocation for o in out.outcomes}
+    cited = [
+        next(r.text for r in invs[c.invocation_id].evidence_refs if r.raw_path == c.raw_path)
+        for claim in out.draft.claims
+        if claim.id in out.draft.root_cause.claim_ids
+        for c in claim.citations
+    ]
+    assert any("non-checked-in connection" in t for t in cited), cited

@@ -256,9 +256,10 @@ def _framing(text: str, excerpts: list[str]) -> tuple[str, bool]:
             out = out.replace(ex, " ")
             quoted = True
     # A quoted phrase taken from an excerpt is verbatim too ("… logs "No space left on device" …").
-    # Not in JSON-like text: there quotes delimit keys and values, and removing them would cut a
-    # near-copy of a row into pieces the altered-copy check no longer sees.
-    if '":' in out or '{"' in out:
+    # Not in JSON-like text or metric labels (`{k="v",…}`): there quotes delimit keys and values,
+    # and removing them would cut a near-copy of a row or series into pieces the altered-copy and
+    # quote checks no longer see.
+    if '":' in out or '{"' in out or '="' in out:
         return out, quoted
     joined = "\n".join(_squash(e) for e in excerpts)
     for q in _QUOTED.findall(out):

@@ -6,12 +6,13 @@ observations in the conversation. No scenario ids, no ground truth, no per-incid
 
 Steps: (0) look up knowledge and take a broad first look with each allowed runtime tool;
 (1..) call only for signals not yet observable, merged per tool and kind, never repeating a
-scope; then write the draft: the best hypothesis becomes the root cause only if it clears a
+scope, the discriminating signals of the leader and of what tells it apart first (kept in
+budget); then write the draft: the best hypothesis becomes the root cause only if it clears a
 threshold and a margin over the runner-up and what the EvidenceGuard requires holds (two
 independent records, one from the component or a client error naming it, and a signal that
 tells it apart from the alternatives its cards name when all its evidence is shared with
-them); the others are ruled out (citing evidence from a source able to observe them) or left
-open; too little evidence → no root cause, and the draft says what is missing. One record
+them); the others are ruled out (citing evidence from a source able to observe them, and only
+once their discriminating signals were looked at) or left open; too little evidence → no root cause, and the draft says what is missing. One record
 counts once per hypothesis, by the heaviest signal it matched; text an outsider wrote
 (untrusted spans) and text that reads as instructions are never a signal.
 """
@@ -410,6 +411,26 @@ class OfflinePlanner:
         ranked, _, _, confirmed, _ = self._verdict(candidates)
         # The leading hypothesis by weight, even when its evidence is all shared with an alternative.
         best = ranked[0] if ranked else None
+        # The discriminating signals of what tells the leader apart (the alternatives its cards name,
+        # the causes it explains or that explain it), not yet looked at: checked before the leader's
+        # own weaker signals and before more knowledge is looked up; their calls are kept in budget.
+        # Not for a leader resting on one record: it could never be a root cause, and the budget
+        # goes to what may corroborate a cause instead.
+        by_key = {c.key: c for c in candidates}
+        contender = best is not None and best.seen > 0 and len(best.records) >= MIN_RECORDS
+        related = self._related(best, candidates) if best is not None and contender else []
+        urgent = [
+            s
+            for k in related
+            for s in by_key[k].unobservable
+            if s.discriminating and s.tool in offered and s.tool not in blocked and used.get(s.tool, 0) < MAX_CALLS_PER_TOOL
+        ]
+        n_urgent = len({(s.tool, s.kind, s.metric if s.tool == "query_metrics" else None) for s in urgent})
+
+        def lookup_room() -> bool:
+            n = sum(1 for c in calls if c.name == "lookup_knowledge")
+            return total + n + n_urgent < MAX_TOOL_CALLS
+
         can_lookup = "lookup_knowledge" in offered and "lookup_knowledge" not in blocked
         asked = " ".join(str(o.args.get("query", "")) for o in lookups)
         # While nothing is confirmed, or nothing seen tells the leader apart: ask the knowledge base
@@ -430,7 +451,7 @@ class OfflinePlanner:
             # differential lookup is left to make.
             asked_shape = re.sub(r"\d+", "#", asked)
             repeat = [ln for ln in lines if re.sub(r"\d+", "#", ln) not in asked_shape] == []
-            if lines and not repeat:
+            if lines and not repeat and lookup_room():
                 calls.append(ToolCall(id=f"s{step}-k", name="lookup_knowledge", arguments={"query": " ".join(lines)[:1000], "top_k": LOOKUP_TOP_K}))
             elif lines:
                 repeat_query = " ".join(lines)[:1000]
@@ -454,17 +475,22 @@ class OfflinePlanner:
             # (While none of its seen signals discriminates, an alternative whose card is not in
             # view yet may share every one of them.)
             for pair in targets:
-                if not (not confirmed or incomplete or undiscriminated) or len(lookups) + sum(1 for c in calls if c.name == "lookup_knowledge") >= MAX_CALLS_PER_TOOL:
+                if not (not confirmed or incomplete or undiscriminated) or len(lookups) + sum(1 for c in calls if c.name == "lookup_knowledge") >= MAX_CALLS_PER_TOOL or not lookup_room():
                     break
                 args_dx: dict[str, Any] = {"query": _label(pair.partition("/")[0], pair.partition("/")[2], False), "top_k": LOOKUP_TOP_K}
                 key = json.dumps(["lookup_knowledge", args_dx], sort_keys=True)
                 if key not in done:
                     done.add(key)
                     calls.append(ToolCall(id=f"s{step}-dx{len(calls)}", name="lookup_knowledge", arguments=args_dx))
-        if repeat_query and not any(c.name == "lookup_knowledge" for c in calls):
+        if repeat_query and not any(c.name == "lookup_knowledge" for c in calls) and lookup_room():
             calls.append(ToolCall(id=f"s{step}-k", name="lookup_knowledge", arguments={"query": repeat_query, "top_k": LOOKUP_TOP_K}))
         used["lookup_knowledge"] = used.get("lookup_knowledge", 0) + sum(1 for c in calls if c.name == "lookup_knowledge")
         total += sum(1 for c in calls if c.name == "lookup_knowledge")
+        # One runtime call stays free for each alternative of the leader whose card is being looked
+        # up now: its discriminating signal is checked next step.
+        looked_up = {str(c.arguments.get("query")) for c in calls if c.name == "lookup_knowledge" and isinstance(c.arguments, dict)}
+        named_alts = best.distinguishes_from if best is not None and contender else []
+        reserve = sum(1 for p in named_alts if p not in by_key and _label(p.partition("/")[0], p.partition("/")[2], False) in looked_up)
         groups: dict[tuple[str, str | None], list[Signal]] = {}
         # While knowledge is still being looked up, spend runtime calls only on hypotheses that
         # already have strong evidence; the others wait for the cards the lookup may bring.
@@ -472,21 +498,31 @@ class OfflinePlanner:
         # the signals worth the remaining calls).
         self_looked = {str(c.arguments.get("query")) for c in calls if c.name == "lookup_knowledge" and isinstance(c.arguments, dict)}
         pursue = [c for c in ranked if c.strong and _label(c.component, c.mechanism, False) not in self_looked] if calls else ranked
+        # First the leader's own discriminating signals, then those of what tells it apart; the
+        # rest after them (one call per tool and kind: a call for a first signal also asks for the
+        # others of its tool and kind).
+        lead = [s for s in best.unobservable if s.discriminating] if best is not None and best in pursue else []
+        ahead = [s for s in sorted(lead, key=lambda s: -s.weight) + [s for s in urgent if s not in lead] if s.tool in offered and s.tool not in blocked]
+        for s in ahead:
+            groups.setdefault((s.tool, s.kind), []).append(s)
+        firsts = set(groups)
         for c in pursue:
             for s in sorted(c.unobservable, key=lambda s: -s.weight):
-                if s.tool in offered and s.tool not in blocked:
+                if s.tool in offered and s.tool not in blocked and s not in ahead:
                     groups.setdefault((s.tool, s.kind), []).append(s)
         planned: list[tuple[float, str, dict[str, Any]]] = []
         for order, ((tool, kind), sigs) in enumerate(groups.items()):
-            # Groups come in candidate order (strongest first); within that, heavier signals first.
-            weight = max(s.weight for s in sigs) - 100.0 * order
+            first = (tool, kind) in firsts
+            # The discriminating checks come first; then groups in candidate order (strongest
+            # first); within that, heavier signals first.
+            weight = max(s.weight for s in sigs) - 100.0 * order + (10_000.0 if first else 0.0)
             log_like = tool == "query_logs" or (kind in LOG_KINDS.get(tool, set()))
             if tool == "query_metrics":
                 for s in sigs:
                     args: dict[str, Any] = {"metric": s.metric}
                     if s.labels:
                         args["labels"] = dict(s.labels)
-                    planned.append((s.weight - 100.0 * order, tool, args))
+                    planned.append((s.weight - 100.0 * order + (10_000.0 if s in ahead else 0.0), tool, args))
                 continue
             args = {"kind": kind} if kind else {}
             if not log_like and kind and any(o.tool == tool and o.kind == kind and o.ready and o.omitted and not o.args.get("query") for o in observations):
@@ -507,9 +543,9 @@ class OfflinePlanner:
                 if tool == "query_logs" and len(scopes) == 1 and None not in scopes:
                     args["scope"] = scopes.pop()
             planned.append((weight, tool, args))
-        for _, tool, args in sorted(planned, key=lambda p: -p[0]):
+        for weight, tool, args in sorted(planned, key=lambda p: -p[0]):
             sig = json.dumps([tool, args], sort_keys=True)
-            if sig in done or used.get(tool, 0) >= MAX_CALLS_PER_TOOL or total >= MAX_TOOL_CALLS:
+            if sig in done or used.get(tool, 0) >= MAX_CALLS_PER_TOOL or total >= MAX_TOOL_CALLS - (0 if weight >= 5_000.0 else reserve):
                 continue
             done.add(sig)
             used[tool] = used.get(tool, 0) + 1
@@ -647,15 +683,28 @@ class OfflinePlanner:
                 hypotheses.append({"statement": f"{elabel} ({'由 ' + label + ' 引起' if zh else 'explained by ' + label})", "component": eff.component, "mechanism": eff.mechanism, "status": "open", "claim_ids": [cid]})
             # An alternative with a discriminating signal seen is not ruled out: it stays open.
             alternatives = [c for c in ranked[1:] if c.seen + MARGIN <= best.seen and c not in effects and not any(s.discriminating for s, _ in c.hits)]
-            seen_keys = {best.key} | {c.key for c in alternatives}
+            # The alternatives its cards name are answered first.
+            alternatives.sort(key=lambda c: c.key not in best.distinguishes_from)
+            seen_keys = {best.key} | {c.key for c in ranked}
             extra = [p for p in best.distinguishes_from if p not in seen_keys]
             by_key = {c.key: c for c in candidates}
             untested: list[str] = []
+            written: set[str] = set()
             for alt_key in [c.key for c in alternatives][:4] + extra[: max(0, 4 - len(alternatives))]:
                 comp, _, mech = alt_key.partition("/")
                 if len(claims) >= 11 or not top:
                     break
                 alt = _label(comp, mech, zh)
+                written.add(alt_key)
+                # Never ruled out while a signal that would tell it apart was not looked at: what
+                # was not checked proves nothing against it.
+                unchecked = self._unchecked(alt_key, by_key.get(alt_key))
+                if unchecked:
+                    untested.append(alt_key)
+                    hypotheses.append({"statement": alt, "component": comp, "mechanism": mech, "status": "open", "claim_ids": []})
+                    what = self._describe(unchecked[0])
+                    limitations.append(f"未能排除 {alt}：未检查其区分信号（{what}）" if zh else f"{alt} not ruled out: its discriminating signal was not checked ({what})")
+                    continue
                 # Ruled out only by evidence from a source able to observe the alternative's
                 # component (and that is no signal of it); else it stays open.
                 tests = self._observing(comp, best, by_key.get(alt_key), observations)
@@ -671,8 +720,12 @@ class OfflinePlanner:
                 cid = add_claim(text, "finding", [cite(x, []) for x in tests])
                 hypotheses.append({"statement": alt, "component": comp, "mechanism": mech, "status": "ruled_out", "claim_ids": [cid]})
             for c in ranked[1:]:
-                if c in alternatives or c in effects or c.key in untested:
+                if c in effects or c.key in written:
                     continue
+                unchecked = [sg for sg in c.unobservable if sg.discriminating]
+                if unchecked and c.key in self._related(best, candidates):
+                    what = self._describe(unchecked[0])
+                    limitations.append(f"未能排除 {_label(c.component, c.mechanism, zh)}：未检查其区分信号（{what}）" if zh else f"{_label(c.component, c.mechanism, zh)} not ruled out: its discriminating signal was not checked ({what})")
                 hypotheses.append({"statement": _label(c.component, c.mechanism, zh), "component": c.component, "mechanism": c.mechanism, "status": "open", "claim_ids": []})
             for action in best.recovery[:2]:
                 risk, approval = recovery_policy(action)
@@ -743,6 +796,20 @@ class OfflinePlanner:
             "limitations": limitations[:20],
             "next_steps": next_steps[:20],
         }
+
+    @staticmethod
+    def _related(best: Candidate, candidates: list[Candidate]) -> list[str]:
+        """The candidates that tell `best` apart: the alternatives its cards name, and those it
+        explains or that explain it."""
+        return [c.key for c in candidates if c is not best and (c.key in best.distinguishes_from or c.key in best.explains or best.key in c.explains)]
+
+    def _unchecked(self, key: str, alt: Candidate | None) -> list[Signal]:
+        """The discriminating signals of the alternative `key` that no observation covered: those
+        of its candidate, or, when its card was never looked up, of the cards that declare it."""
+        if alt is not None:
+            return [s for s in alt.unobservable if s.discriminating]
+        comp, _, mech = key.partition("/")
+        return [s for card in self.kb.cards.values() for h in card.hypotheses if (h.component, h.mechanism) == (comp, mech) for s in h.signals if s.discriminating]
 
     @staticmethod
     def _observing(component: str, best: Candidate, alt: Candidate | None, observations: list[Observation]) -> list[Hit]:
