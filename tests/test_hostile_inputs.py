@@ -7,9 +7,6 @@ lone surrogates) that ended a run INTERNAL_ERROR.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,31 +21,13 @@ from rootproof.harness import Harness
 from rootproof.run.records import MemoryTraceSink
 from rootproof.scenarios.loader import load_scenario
 from rootproof.settings import load_settings
+from test_cli_exits import _one_error_line as _exit_2
+from test_cli_exits import rp
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_ROW_LOCK = ROOT / "src" / "rootproof" / "scenarios" / "builtin" / "pg-row-lock"
 DEEP = "[" * 50_000 + "]" * 50_000
 HUGE = "9" * 5000
-
-
-def rp(*args: str, home: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")}
-    base |= {"ROOTPROOF_HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.run(
-        [sys.executable, "-m", "rootproof.cli", *args],
-        capture_output=True,
-        text=True,
-        env=base | env,
-        cwd=ROOT,
-        timeout=300,
-    )
-
-
-def _exit_2(p: subprocess.CompletedProcess[str], needle: str) -> None:
-    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: ") and needle in lines[0], p.stderr
-    assert "Traceback" not in p.stderr and "internal failure" not in p.stderr
 
 
 # -- secrets outside the corpus ------------------------------------------------------------------
