@@ -24,7 +24,7 @@ from rootproof.tools.refs import NO_EVIDENCE_PATH, ref_text
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-FORMAT = (DOCS / "scenario-format.md").read_text(encoding="utf-8")
+FORMAT = (DOCS / "scenario-files.md").read_text(encoding="utf-8")
 TAXONOMY = (DOCS / "taxonomy.md").read_text(encoding="utf-8")
 INSPECTORS: dict[str, type[BaseModel]] = {
     "inspect_postgres": InspectPostgresArgs,
@@ -121,7 +121,7 @@ def _table_cell(section: str, kind: str, column: int) -> str:
     raise AssertionError(f"no table row for {kind!r}")
 
 
-# -- scenario-format.md ------------------------------------------------------------------------
+# -- scenario-files.md -------------------------------------------------------------------------
 
 
 def test_every_field_of_every_scenario_file_model_is_documented() -> None:
@@ -133,7 +133,7 @@ def test_every_field_of_every_scenario_file_model_is_documented() -> None:
         for field in m.model_fields
         if f"`{field}`" not in FORMAT
     )
-    assert not missing, f"docs/scenario-format.md does not mention: {', '.join(missing)}"
+    assert not missing, f"docs/scenario-files.md does not mention: {', '.join(missing)}"
 
 
 def test_every_allowed_value_of_the_scenario_files_is_documented() -> None:
@@ -146,7 +146,7 @@ def test_every_allowed_value_of_the_scenario_files_is_documented() -> None:
         "recorded_live_run",
     } <= literals
     missing = sorted(v for v in literals if f"`{v}`" not in FORMAT)
-    assert not missing, f"docs/scenario-format.md does not mention: {', '.join(missing)}"
+    assert not missing, f"docs/scenario-files.md does not mention: {', '.join(missing)}"
 
 
 @pytest.mark.parametrize("tool", sorted(INSPECTORS))
@@ -269,8 +269,8 @@ def test_user_docs_need_nothing_outside_the_repository(doc: str) -> None:
 
 
 def test_docs_link_the_format_and_the_taxonomy() -> None:
-    assert "`docs/scenario-format.md`" in (DOCS / "scenarios.md").read_text(encoding="utf-8")
+    assert "`docs/scenario-files.md`" in (DOCS / "scenarios.md").read_text(encoding="utf-8")
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for doc in ("scenario-format.md", "taxonomy.md", "knowledge-cards.md", "alerts.md"):
+    for doc in ("scenario-files.md", "taxonomy.md", "knowledge-cards.md", "alerts.md"):
         assert f"docs/{doc}" in readme, doc
     assert "## Adding mechanisms" in (DOCS / "knowledge-cards.md").read_text(encoding="utf-8")

@@ -134,7 +134,7 @@ class _Grafana(_Webhook):
 
 
 class _Plain(BaseModel):
-    """The `alert` of scenario.yaml (docs/scenario-format.md)."""
+    """The `alert` of scenario.yaml (docs/scenario-files.md)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -1,6 +1,6 @@
 """Scenarios: folders of frozen tool data, a question and (for the evaluator) the answer.
 
-See `docs/scenario-format.md`. `load_scenario` gives the agent phase what it may see;
+See `docs/scenario-files.md`. `load_scenario` gives the agent phase what it may see;
 `load_ground_truth` is for the evaluator only.
 """
 

@@ -1,4 +1,4 @@
-"""Scenario folders: find, validate and load them (docs/scenario-format.md).
+"""Scenario folders: find, validate and load them (docs/scenario-files.md).
 
 `load_scenario` gives the agent phase what it may see — the question, the alert, the clock,
 the allowed tools and the frozen tool data — and never opens `ground_truth.yaml`;
