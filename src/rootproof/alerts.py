@@ -4,7 +4,7 @@ All three parse into one validated `AlertPayload`: the primary alert (the firing
 highest severity, ties to the earliest start) and the related alerts, kept as context. A
 malformed payload raises `AlertError` naming the field at fault (`alerts[1].startsAt`).
 
-Conventions (seed `000_*` §7, Prometheus practice): severity is the `severity` label
+Conventions (Prometheus practice): severity is the `severity` label
 (critical > error > warning > info > none); the service is the first of the labels
 `service`, `app`, `job`, `container`; the alert's name is the `alertname` label.
 

@@ -1,4 +1,4 @@
-"""ToolBoundary: the interceptor chain every tool call passes, in DESIGN.md's order.
+"""ToolBoundary: the interceptor chain every tool call passes, in the documented order (README "How a run goes").
 
  1 run active                      RUN_INACTIVE       REJECTED
  2 progress protocol (this step)   RUN_INACTIVE       REJECTED

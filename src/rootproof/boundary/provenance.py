@@ -1,4 +1,4 @@
-"""Provenance of evidence: which parts of a ref's text an outsider controls (DESIGN.md "Untrusted output").
+"""Provenance of evidence: which parts of a ref's text an outsider controls (docs/guard-rules.md "Untrusted spans").
 
 Anyone who can send a request writes text into an access log: the request line, query string,
 user agent, referer, `Host` and `X-Forwarded-For` headers, and any request or response body a

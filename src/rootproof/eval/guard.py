@@ -7,7 +7,7 @@ claims quoting verbatim windows of the run's recorded refs with English or Chine
 negative observations citing `$.no_evidence`, and a root cause citing the same runtime refs
 as the planner's published one. A valid draft the release pipeline refuses is a false reject.
 
-Every mutation is applied to a published valid draft and has one expected result (DESIGN.md
+Every mutation is applied to a published valid draft and has one expected result (docs/evaluation.md
 "Guard benchmark"); it is caught only when that code is among the EvidenceGuard's violations
 or, for the semantic kinds, when the mutated claim's verdict is UNSUPPORTED. A mutated draft
 that `release_draft` would publish is a false publish. Seeded: the same seed gives the same
@@ -88,7 +88,7 @@ def run_guard_benchmark(
     scenario_ids: list[str] | None = None,
     injected_runs: int = 8,
 ) -> dict[str, Any]:
-    """Run the benchmark; return the JSON summary (DESIGN.md "Guard benchmark")."""
+    """Run the benchmark; return the JSON summary (docs/evaluation.md)."""
     from rootproof.kb.channels import encode
 
     rng = random.Random(seed)

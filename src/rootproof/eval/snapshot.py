@@ -1,4 +1,4 @@
-"""The snapshot benchmark runner (seed `003_*` §二, §六).
+"""The snapshot benchmark runner (docs/evaluation.md).
 
 Each scenario runs the real pipeline (`Harness.diagnose` with the scenario's question, alert,
 clock, allowed tools and budget) in a worker process; the parent (the evaluator) reads the

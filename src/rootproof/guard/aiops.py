@@ -1,4 +1,4 @@
-"""AiOpsRuleEvaluation (seed `000_*` §7): deterministic checks of an alert-mode run, after release.
+"""AiOpsRuleEvaluation (docs/alerts.md): deterministic checks of an alert-mode run, after release.
 
 It records whether the run stayed on the input alert; it never blocks release (the guards do).
 Rules:

@@ -1,6 +1,6 @@
 """EvidenceGuard: code only, no model. All or nothing: one violation and the draft is not published.
 
-Every check of DESIGN.md "EvidenceGuard" with a stable violation code. Violations are kept in
+Every check of docs/guard-rules.md "EvidenceGuard" with a stable violation code. Violations are kept in
 the trace, never in public events.
 """
 

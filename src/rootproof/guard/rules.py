@@ -1,4 +1,4 @@
-"""The guards' rule set: a packaged file that documents and versions the checks (seed `000_*` §6).
+"""The guards' rule set: a packaged file that documents and versions the checks (docs/guard-rules.md).
 
 The checks are code and always all run; `rules.yaml` names each one (id, code, description)
 and must cover the code's checks exactly, so it can describe a check but never switch one off.

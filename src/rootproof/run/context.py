@@ -31,7 +31,7 @@ Language = Literal["en", "zh"]
 
 @dataclass(frozen=True, kw_only=True)
 class RunBudget:
-    """Limits of one run (DESIGN.md "Budget")."""
+    """Limits of one run."""
 
     model_calls: int = 8
     """Agent model calls."""

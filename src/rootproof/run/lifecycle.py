@@ -11,7 +11,7 @@ __all__ = ["RunLifecycle", "RunState", "TERMINAL_STATES"]
 
 
 class RunState(StrEnum):
-    """States of a run (DESIGN.md "Lifecycle")."""
+    """States of a run (docs/runs.md)."""
 
     CREATED = "CREATED"
     ROUTING = "ROUTING"

@@ -71,7 +71,7 @@ class RunRecord:
 
 @dataclass(kw_only=True)
 class StepRecord:
-    """One `agent_step` row (seed 000 §4): bounded summaries, never whole prompts."""
+    """One `agent_step` row: bounded summaries, never whole prompts."""
 
     run_id: str
     session_id: str
@@ -120,7 +120,7 @@ class InvocationRecord:
 
 @dataclass(kw_only=True)
 class ReasoningAuditRecord:
-    """One `agent_reasoning_audit` row (seed 004), a row per model step; never invented."""
+    """One `agent_reasoning_audit` row, a row per model step; never invented."""
 
     run_id: str
     session_id: str
@@ -145,7 +145,7 @@ class ReasoningAuditRecord:
         tool_call_plan: str | None = None,
         agent_name: str = "diagnosis_agent",
     ) -> ReasoningAuditRecord:
-        """Apply seed 004's rules: 32 000-character cap per field, content_source, content_bytes."""
+        """Apply the audit rules: 32 000-character cap per field, content_source, content_bytes."""
         reasoning = reasoning[:REASONING_FIELD_CAP] if reasoning else None
         text = assistant_text or ""
         if tool_call_plan:

@@ -157,7 +157,7 @@ class DiagnosisRun(Base):
 
 
 class AgentStep(Base):
-    """One model step of an agent (seed 000 §4): bounded summaries, never whole prompts."""
+    """One model step of an agent: bounded summaries, never whole prompts."""
 
     __tablename__ = "agent_step"
     __table_args__ = (sa.Index("idx_step_run_step", "run_id", "step_index"), TABLE_OPTIONS)
@@ -178,7 +178,7 @@ class AgentStep(Base):
 
 
 class ToolInvocation(Base):
-    """One tool call (seed 000 §5 plus status, refusal code, scope key, data source)."""
+    """One tool call (the audited fields plus status, refusal code, scope key, data source)."""
 
     __tablename__ = "tool_invocation"
     __table_args__ = (
@@ -216,7 +216,7 @@ class ToolInvocation(Base):
 
 
 class AgentReasoningAudit(Base):
-    """Provider reasoning and assistant text per model step, exactly seed 004's table.
+    """Provider reasoning and assistant text per model step, the reasoning audit table.
 
     Sensitive: kept apart from the trace, never in events, evidence, logs or later turns.
     """

@@ -439,7 +439,7 @@ class SqlTraceStore:
             s.execute(sa.insert(ToolInvocation).values(values))
 
     def add_reasoning(self, record: ReasoningAuditRecord) -> None:
-        """Append a reasoning audit row (seed 004)."""
+        """Append a reasoning audit row."""
         values = _values(record)
         with self._session(f"add reasoning of step {record.step_index} of run {record.run_id}") as s:
             s.execute(sa.insert(AgentReasoningAudit).values(values))

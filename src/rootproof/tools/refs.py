@@ -1,7 +1,7 @@
 """Evidence refs: stable JSON paths into a canonical result, and the text each path stands for.
 
 The text of a ref is a pure function of the canonical result at its path, so the guard can
-recompute it (DESIGN.md "Evidence refs"). Canonical JSON is
+recompute it (docs/scenario-files.md "Evidence refs"). Canonical JSON is
 `json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`.
 """
 

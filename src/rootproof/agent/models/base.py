@@ -1,7 +1,7 @@
 """The model protocol: given the conversation, the tool schemas and the draft schema, return a turn.
 
 Our types only: no provider SDK is imported here. Each run starts a fresh conversation and
-reasoning never enters a later run's history (seed 004).
+reasoning never enters a later run's history.
 """
 
 from __future__ import annotations

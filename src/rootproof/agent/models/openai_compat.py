@@ -294,7 +294,7 @@ class OpenAICompatModel:
         else:
             item["content"] = msg.content or ""
         if self._quirks.replay_reasoning and msg.reasoning:
-            # Only this run's messages ever reach the adapter (seed 004): replay stays in the run.
+            # Only this run's messages ever reach the adapter: replay stays in the run.
             item["reasoning_content"] = msg.reasoning
         return item
 

@@ -1,4 +1,4 @@
-"""Versioned prompt contracts, one file per role (DESIGN.md "Prompt contracts")."""
+"""Versioned prompt contracts, one file per role."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The `snapshot` backend: real queries over a scenario's frozen `tool_responses.yaml`.
 
 Windows end at the run's clock (a scenario's `now`) and start `since` earlier; items outside
-are excluded. Log-like data follows DESIGN.md's query semantics: whitespace-separated terms and
+are excluded. Log-like data follows the documented query semantics (docs/scenario-files.md): whitespace-separated terms and
 `"quoted phrases"`, case-insensitive (NFKC + casefold), an item matches if it contains any of
 them, matches are ordered by the number of distinct terms matched and then newest first, and
 `limit`/`offset` page the ordered matches while `total_matches` counts them all. Result shapes
