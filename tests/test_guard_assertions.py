@@ -104,6 +104,19 @@ def draft(
     }
 
 
+def redis_ruled_out(text: str, citation: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Claim c9 (a finding citing `citation`) and the hypothesis ruling Redis max clients out on it."""
+    claim = {"id": "c9", "text": text, "kind": "finding", "citations": [citation]}
+    hyp = {
+        "statement": "redis max clients",
+        "component": "redis",
+        "mechanism": "max_clients_reached",
+        "status": "ruled_out",
+        "claim_ids": ["c9"],
+    }
+    return claim, hyp
+
+
 def codes(ev: Evidence, d: dict[str, Any], cards: dict[str, Card] | None = None) -> list[str]:
     guard = EvidenceGuard(ev.store) if cards is None else EvidenceGuard(ev.store, cards=cards)
     return guard.check(d, run_id=RUN).codes
@@ -316,19 +329,7 @@ def test_a_rule_out_from_an_observing_source_passes_and_no_evidence_is_no_test()
             ],
         },
     )
-    claim = {
-        "id": "c9",
-        "text": "Redis clients stayed flat",
-        "kind": "finding",
-        "citations": [ev.cite(m, 0, "redis_connected_clients first=40")],
-    }
-    hyp = {
-        "statement": "redis max clients",
-        "component": "redis",
-        "mechanism": "max_clients_reached",
-        "status": "ruled_out",
-        "claim_ids": ["c9"],
-    }
+    claim, hyp = redis_ruled_out("Redis clients stayed flat", ev.cite(m, 0, "redis_connected_clients first=40"))
     assert (
         codes(ev, draft(("postgresql", "row_lock_contention"), rc, extra_claims=[claim], hypotheses=[hyp]))
         == []
@@ -348,19 +349,7 @@ def test_a_rule_out_from_an_observing_source_passes_and_no_evidence_is_no_test()
 def test_every_violation_is_reported_together() -> None:
     ev = Evidence()
     pg, _ = _row_lock_evidence(ev)
-    claim = {
-        "id": "c9",
-        "text": "no redis",
-        "kind": "finding",
-        "citations": [ev.cite(pg, 0, "still waiting for ShareLock")],
-    }
-    hyp = {
-        "statement": "redis",
-        "component": "redis",
-        "mechanism": "max_clients_reached",
-        "status": "ruled_out",
-        "claim_ids": ["c9"],
-    }
+    claim, hyp = redis_ruled_out("no redis", ev.cite(pg, 0, "still waiting for ShareLock"))
     d = draft(
         ("postgresql", "row_lock_contention"),
         [ev.cite(pg, 0, "still waiting for ShareLock")],
@@ -387,19 +376,7 @@ def test_mock_root_cause_keeps_its_single_code() -> None:
         },
         source="mock",
     )
-    claim = {
-        "id": "c9",
-        "text": "x",
-        "kind": "finding",
-        "citations": [ev.cite(q, 0, "HikariPool-1 - Connection")],
-    }
-    hyp = {
-        "statement": "redis",
-        "component": "redis",
-        "mechanism": "max_clients_reached",
-        "status": "ruled_out",
-        "claim_ids": ["c9"],
-    }
+    claim, hyp = redis_ruled_out("x", ev.cite(q, 0, "HikariPool-1 - Connection"))
     d = draft(
         ("connection_pool", "connection_exhaustion"),
         [ev.cite(q, 0, "Connection is not available")],
