@@ -15,10 +15,10 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from rootproof.backends.snapshot import SnapshotBackend, ref_paths_with_sources
 from rootproof.scenarios import _schema
 from rootproof.scenarios.loader import load_scenario, validate_scenario
 from rootproof.taxonomy import COMPONENTS, MECHANISMS, RECOVERY_ACTIONS
-from rootproof.tools.backends.snapshot import SnapshotBackend, ref_paths_with_sources
 from rootproof.tools.base import TOOLS, InspectNginxArgs, InspectPostgresArgs, InspectRedisArgs
 from rootproof.tools.refs import NO_EVIDENCE_PATH, ref_text
 

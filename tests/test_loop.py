@@ -82,7 +82,7 @@ def test_deadline(tmp_path: Any) -> None:
 def test_cancellation_mid_tool(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from rootproof.tools.backends import snapshot
+    from rootproof.backends import snapshot
 
     real = snapshot.SnapshotBackend.call
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rootproof.backends import SnapshotBackend, parse_query, ref_paths_with_sources
 from rootproof.errors import BackendError
 from rootproof.scenarios import LogEntry, Scenario, ToolResponses, load_scenario
-from rootproof.tools.backends import SnapshotBackend, parse_query, ref_paths_with_sources
 from rootproof.tools.base import TOOLS, BackendResult, LookupKnowledgeArgs, QueryLogsArgs, parse_since
 from rootproof.tools.refs import NO_EVIDENCE_PATH, ref_text
 

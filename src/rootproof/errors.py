@@ -15,6 +15,8 @@
     │   ├── ModelUnavailable   the provider stayed down after retries
     │   └── ModelOutputError   the provider answered with something unusable
     ├── BackendError           an evidence backend failed (a foreign error mapped at the seam)
+    │   ├── BackendUnavailable its system cannot be reached: refused, auth, timeout (counts toward the breaker)
+    │   └── BackendQueryError  the system answered but the query failed: bad query, missing extension (does not)
     └── StoreError             the trace store failed
         └── StoreOpenError     it could not be opened: bad URL, missing driver, unreachable, old schema (exit 2)
 """
@@ -24,6 +26,8 @@ from __future__ import annotations
 __all__ = [
     "AlertError",
     "BackendError",
+    "BackendQueryError",
+    "BackendUnavailable",
     "BudgetExhausted",
     "CardError",
     "ConfigError",
@@ -109,6 +113,18 @@ class ModelOutputError(ModelError):
 
 class BackendError(RootproofError):
     """An evidence backend failed; foreign errors become this at the seam."""
+
+
+class BackendUnavailable(BackendError):
+    """The backend's system cannot be reached: connection refused, authentication failed, a timeout.
+
+    Counts toward the circuit breaker of that backend and target."""
+
+
+class BackendQueryError(BackendError):
+    """The system answered but this query failed: a bad query, a missing extension, a missing file.
+
+    Does not count toward the circuit breaker: the system is up."""
 
 
 class StoreError(RootproofError):

@@ -218,7 +218,7 @@ class Harness:
         """Backends for a run: the scenario's snapshot for runtime tools, the knowledge base."""
         out: dict[str, ToolBackend] = {"knowledge": _LazyKnowledge(self)}
         if scenario is not None:
-            from rootproof.tools.backends.snapshot import SnapshotBackend
+            from rootproof.backends.snapshot import SnapshotBackend
 
             out["runtime"] = SnapshotBackend(scenario)
         return out

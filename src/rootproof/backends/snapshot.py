@@ -1,6 +1,6 @@
 """The `snapshot` backend: real queries over a scenario's frozen `tool_responses.yaml`.
 
-Windows end at the run's clock (a scenario's `now`) and start `since` earlier; items outside
+TimeWindows end at the run's clock (a scenario's `now`) and start `since` earlier; items outside
 are excluded. Log-like data follows the documented query semantics (docs/scenario-files.md): whitespace-separated terms and
 `"quoted phrases"`, case-insensitive (NFKC + casefold), an item matches if it contains any of
 them, matches are ordered by the number of distinct terms matched and then newest first, and
@@ -15,17 +15,15 @@ Cost grows with the items in the window only: an item's matching text is folded 
 from __future__ import annotations
 
 import copy
-import math
-import re
-import unicodedata
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from rootproof.backends.query import TimeWindow, fold, order_matches, parse_query
 from rootproof.errors import BackendError
 from rootproof.scenarios.types import LogEntry, LogLine, Row, Scenario, format_timestamp
 from rootproof.tools.base import (
@@ -44,93 +42,11 @@ from rootproof.tools.refs import (
     canonical_json,
     enumerate_ref_paths,
     fmt_value,
-    normalize_text,
 )
+from rootproof.tools.results import summary_of
 
-__all__ = ["SnapshotBackend", "TextQuery", "parse_query", "ref_paths_with_sources"]
+__all__ = ["SnapshotBackend", "ref_paths_with_sources"]
 
-_T = TypeVar("_T")
-_OLDEST = datetime.min.replace(tzinfo=UTC)
-_QUERY_TOKEN = re.compile(r'"([^"]*)(?:"|$)|([^\s"]+)')
-
-
-def _fold(text: str) -> str:
-    """What matching compares: NFKC, case-folded, whitespace collapsed."""
-    return unicodedata.normalize("NFKC", normalize_text(text).casefold())
-
-
-@dataclass(frozen=True)
-class TextQuery:
-    """A parsed query: distinct normalised terms and phrases."""
-
-    terms: tuple[str, ...]
-
-    def score(self, text: str) -> int:
-        """How many distinct terms or phrases `text` contains."""
-        return self.score_folded(_fold(text))
-
-    def score_folded(self, folded: str) -> int:
-        """`score` of a text already folded (`_fold`)."""
-        return sum(1 for t in self.terms if t in folded)
-
-    @property
-    def empty(self) -> bool:
-        """An empty query matches everything."""
-        return not self.terms
-
-
-def parse_query(query: str) -> TextQuery:
-    """Split `query` into terms and `"quoted phrases"` (an unterminated quote runs to the end)."""
-    query = query.replace("\u201c", '"').replace("\u201d", '"')
-    terms: list[str] = []
-    for m in _QUERY_TOKEN.finditer(query):
-        raw = m.group(1) if m.group(1) is not None else m.group(2)
-        term = _fold(raw or "")
-        if term and term not in terms:
-            terms.append(term)
-    return TextQuery(tuple(terms))
-
-
-@dataclass(frozen=True)
-class _Window:
-    start: datetime
-    end: datetime
-
-    def __contains__(self, ts: datetime | None) -> bool:
-        return ts is None or self.start <= ts <= self.end
-
-    def as_dict(self) -> dict[str, str]:
-        return {"from": format_timestamp(self.start), "to": format_timestamp(self.end)}
-
-    def text(self) -> str:
-        return f"{format_timestamp(self.start)}..{format_timestamp(self.end)}"
-
-
-def _order(items: Iterable[tuple[int, datetime | None, _T]]) -> list[_T]:
-    """Most distinct terms first, then newest first, then as written."""
-    ranked = list(enumerate(items))
-    ranked.sort(key=lambda r: r[0])
-    ranked.sort(key=lambda r: r[1][1] or _OLDEST, reverse=True)
-    ranked.sort(key=lambda r: r[1][0], reverse=True)
-    return [r[1][2] for r in ranked]
-
-
-def _tidy(value: float) -> float:
-    """A derived float without binary noise (12 significant digits), so ref texts stay readable."""
-    return float(f"{value:.12g}")
-
-
-def _summary(values: Sequence[int | float]) -> dict[str, int | float]:
-    first, last = values[0], values[-1]
-    delta = last - first
-    return {
-        "first": first,
-        "last": last,
-        "min": min(values),
-        "max": max(values),
-        "delta": delta if isinstance(delta, int) else _tidy(delta),
-        "mean": _tidy(math.fsum(values) / len(values)),
-    }
 
 
 def _filters(args: BaseModel, names: Sequence[str]) -> str:
@@ -196,12 +112,12 @@ class SnapshotBackend:
             cache = self._folded[key] = [None] * size
         folded = cache[index]
         if folded is None:
-            folded = cache[index] = _fold(text())
+            folded = cache[index] = fold(text())
         return folded
 
     @staticmethod
-    def _window(since: str, now: datetime) -> _Window:
-        return _Window(start=window_start(now, since), end=now)
+    def _window(since: str, now: datetime) -> TimeWindow:
+        return TimeWindow(start=window_start(now, since), end=now)
 
     @staticmethod
     def _no_evidence(tool: str, what: str, filters: str, where: str) -> str:
@@ -226,7 +142,7 @@ class SnapshotBackend:
                 candidates.append((0, line.ts, line))
             elif score := query.score_folded(self._folded_text(key, i, lambda line=line: line.text)):  # type: ignore[misc]
                 candidates.append((score, line.ts, line))
-        ordered = _order(candidates)
+        ordered = order_matches(candidates)
         page = ordered[args.offset : args.offset + args.limit]
         result: dict[str, Any] = {
             "kind": args.kind,
@@ -339,7 +255,7 @@ class SnapshotBackend:
                 candidates.append((0, e.ts, e))
             elif score := query.score_folded(self._folded_text("logs", i, lambda e=e: _entry_text(e))):  # type: ignore[misc]
                 candidates.append((score, e.ts, e))
-        ordered = _order(candidates)
+        ordered = order_matches(candidates)
         page = ordered[args.offset : args.offset + args.limit]
         result: dict[str, Any] = {
             "window": window.as_dict(),
@@ -384,7 +300,7 @@ class SnapshotBackend:
                     "labels": dict(s.labels),
                     "unit": s.unit,
                     "points": [[format_timestamp(t), v] for t, v in points],
-                    "summary": _summary([v for _, v in points]),
+                    "summary": asdict(summary_of([v for _, v in points])),
                 }
             )
         result: dict[str, Any] = {"window": window.as_dict(), "series": series}
