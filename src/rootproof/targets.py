@@ -7,10 +7,13 @@ whose first line is the secret. Models here are the trust border of that file.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from rootproof.errors import ConfigError
 
 __all__ = [
     "LogsTarget",
@@ -22,6 +25,7 @@ __all__ = [
     "Target",
     "TargetCheck",
     "TargetsFile",
+    "secret_of",
 ]
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$"
@@ -142,3 +146,22 @@ class TargetCheck(BaseModel):
     """Why not usable: unreachable, authentication failed, session not read-only, …"""
     warnings: list[str] = Field(default_factory=list)
     """Missing extras: `pg_stat_statements` not installed, a log file unreadable, …"""
+
+
+def secret_of(target: PostgresTarget | RedisTarget | LokiTarget | PrometheusTarget, environ: Mapping[str, str]) -> str | None:
+    """The target's password from `password_env` (in `environ`) or `password_file`; None if it names none.
+
+    Raises ConfigError naming the target and field when the variable is unset or the file unreadable.
+    """
+    if target.password_env:
+        value = environ.get(target.password_env)
+        if value is None:
+            raise ConfigError(f"targets: {target.name}: password_env: the variable {target.password_env} is not set")
+        return value
+    if target.password_file is not None:
+        try:
+            text = target.password_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"targets: {target.name}: password_file: cannot read {target.password_file}: {exc}") from exc
+        return text.splitlines()[0] if text else ""
+    return None

@@ -19,6 +19,8 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rootproof.tools.results import ToolResult
+
 __all__ = [
     "TOOLS",
     "BackendResult",
@@ -236,8 +238,8 @@ RUNTIME_TOOLS = tuple(n for n, t in TOOLS.items() if t.backend == "runtime")
 class BackendResult:
     """What a backend returns: the canonical result and where each part came from."""
 
-    result: dict[str, Any]
-    """The whole result (canonical: plain JSON data)."""
+    result: ToolResult | dict[str, Any]
+    """The whole result: a typed shape of `tools.results` (or, for now, its plain JSON)."""
     data_source: str
     """Default data source of every ref."""
     ref_sources: dict[str, str] = field(default_factory=dict)
