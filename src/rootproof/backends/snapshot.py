@@ -422,7 +422,8 @@ def _status_text(name: str, value: Any) -> str:
 
 def ref_paths_with_sources(result: BackendResult) -> dict[str, str]:
     """Every citable path of a result with its data source (helper for callers and tests)."""
-    paths = enumerate_ref_paths(result.result)
-    if "no_evidence" in result.result:
+    data = result.json()
+    paths = enumerate_ref_paths(data)
+    if "no_evidence" in data:
         paths.append(NO_EVIDENCE_PATH)
     return {p: result.ref_sources.get(p, result.data_source) for p in paths}

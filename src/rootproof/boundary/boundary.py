@@ -369,8 +369,7 @@ class ToolBoundary:
         finally:
             inv.duration_ms = int((time.monotonic() - t0) * 1000)
         self.breaker.record(tool.backend, ok=True)
-        result = out.result if isinstance(out.result, dict) else out.result.to_json()
-        self._project(inv, tool, result, out.data_source, out.ref_sources, out.details, out.evidence_status)
+        self._project(inv, tool, out.json(), out.data_source, out.ref_sources, out.details, out.evidence_status)
         return inv
 
     def _fail(self, inv: CanonicalInvocation, tool: ToolDefinition, message: str) -> CanonicalInvocation:

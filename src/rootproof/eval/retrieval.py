@@ -289,7 +289,7 @@ def evaluate(
             now=now,
             run_id=str(uuid.uuid4()),
         )
-        res = br.result
+        res = br.json()
         for path in enumerate_ref_paths(res):
             if not path.startswith("$.results["):
                 continue

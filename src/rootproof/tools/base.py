@@ -249,6 +249,10 @@ class BackendResult:
     evidence_status: str | None = None
     """Set by a backend that knows better (DEDUPLICATED); else derived from the refs."""
 
+    def json(self) -> dict[str, Any]:
+        """The canonical result as plain JSON data."""
+        return self.result if isinstance(self.result, dict) else self.result.to_json()
+
 
 class ToolBackend(Protocol):
     """The backend seam: one method."""
