@@ -621,6 +621,9 @@ class _LazyKnowledge:
         self._harness = harness
         self._backend: ToolBackend | None = None
 
+    def close(self) -> None:
+        """Nothing to release: the knowledge base belongs to the harness."""
+
     def call(self, tool: str, args: Any, *, now: datetime, run_id: str) -> Any:
         if self._backend is None:
             from rootproof.kb.backend import KnowledgeBackend

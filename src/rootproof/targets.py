@@ -7,11 +7,14 @@ whose first line is the secret. Models here are the trust border of that file.
 
 from __future__ import annotations
 
+import hashlib
+import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rootproof.errors import ConfigError
 
@@ -24,9 +27,14 @@ __all__ = [
     "RedisTarget",
     "Target",
     "TargetCheck",
+    "LoadedTargets",
     "TargetsFile",
+    "load_targets",
     "secret_of",
 ]
+
+MAX_TARGETS_FILE_BYTES = 1024 * 1024
+"""A targets file larger than this is refused unread."""
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$"
 
@@ -165,3 +173,79 @@ def secret_of(target: PostgresTarget | RedisTarget | LokiTarget | PrometheusTarg
             raise ConfigError(f"targets: {target.name}: password_file: cannot read {target.password_file}: {exc}") from exc
         return text.splitlines()[0] if text else ""
     return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadedTargets:
+    """A parsed targets file and where it came from."""
+
+    file: TargetsFile
+    path: Path
+    checksum: str
+    """`sha256:<hex>` of the file's bytes (recorded in a live run; never its secrets, which it holds none of)."""
+
+
+def _field(loc: tuple[int | str, ...], data: object) -> str:
+    """`targets[1].dsn`, with the target's name when it has one (`targets[1] (orders-db).dsn`)."""
+    out = ""
+    node = data
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+            name = node[part].get("name") if isinstance(node, list) and part < len(node) and isinstance(node[part], dict) else None
+            if isinstance(name, str):
+                out += f" ({name[:60]})"
+            node = node[part] if isinstance(node, list) and part < len(node) else None
+        else:
+            if part in ("postgres", "redis", "nginx", "logs", "loki", "prometheus") and isinstance(node, dict) and "kind" in node:
+                continue  # the discriminator's tag adds nothing for a reader
+            out += ("." if out else "") + str(part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return out or "(root)"
+
+
+def load_targets(path: Path) -> LoadedTargets:
+    """Read and validate a targets file (YAML, or TOML by its `.toml` suffix).
+
+    Raises ConfigError as `FILE: FIELD: problem` (one line) when it is unreadable, too large,
+    not YAML/TOML, or does not validate.
+    """
+    try:
+        size = path.stat().st_size
+        if size > MAX_TARGETS_FILE_BYTES:
+            raise ConfigError(f"{path}: {size} bytes, more than the {MAX_TARGETS_FILE_BYTES} bytes a targets file may have")
+        raw = path.read_bytes()[: MAX_TARGETS_FILE_BYTES + 1]
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
+    data: object
+    if path.suffix.lower() == ".toml":
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    else:
+        import yaml
+
+        from rootproof.scenarios.yamlio import parse_yaml_values
+
+        try:
+            data = parse_yaml_values(text, str(path))
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: invalid YAML: {str(exc).splitlines()[0] if str(exc) else exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: (root): expected a mapping with a `targets` list")
+    try:
+        parsed = TargetsFile.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(f"{path}: {_field(tuple(err['loc']), data)}: {err['msg']}") from None
+    seen: set[str] = set()
+    for i, t in enumerate(parsed.targets):
+        if t.name in seen:
+            raise ConfigError(f"{path}: targets[{i}].name: {t.name!r} is used twice; names are unique")
+        seen.add(t.name)
+    return LoadedTargets(file=parsed, path=path, checksum="sha256:" + hashlib.sha256(raw).hexdigest())

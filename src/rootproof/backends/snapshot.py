@@ -102,6 +102,9 @@ class SnapshotBackend:
                 f"snapshot backend failed on {tool} for scenario {self._scenario.id!r}: {exc!r}"
             ) from exc
 
+    def close(self) -> None:
+        """Nothing to release: the scenario is in memory."""
+
     # -- helpers -------------------------------------------------------------------------------
 
     def _folded_text(self, key: str, index: int, text: Callable[[], str]) -> str:

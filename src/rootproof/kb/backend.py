@@ -26,6 +26,9 @@ class KnowledgeBackend:
         self.kb = kb
         self.tracker = tracker or RetrievedDocTracker()
 
+    def close(self) -> None:
+        """Nothing to release: the knowledge base belongs to the runtime."""
+
     def call(self, tool: str, args: BaseModel, *, now: datetime, run_id: str) -> BackendResult:
         """Run one lookup. Cards already returned in this run are left out; if nothing else
         clears the floor the result is DEDUPLICATED (or NO_EVIDENCE when nothing matched at all)."""

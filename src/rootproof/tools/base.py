@@ -255,8 +255,13 @@ class BackendResult:
 
 
 class ToolBackend(Protocol):
-    """The backend seam: one method."""
+    """The backend seam: one call method, and `close()` for what it holds open."""
 
     def call(self, tool: str, args: BaseModel, *, now: datetime, run_id: str) -> BackendResult:
-        """Run one read-only call; raise `BackendError` on failure."""
+        """Run one read-only call; raise `BackendError` on failure (`BackendUnavailable` when its
+        system cannot be reached, `BackendQueryError` when only this query failed)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections, clients and files; idempotent."""
         ...
