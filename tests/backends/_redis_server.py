@@ -68,8 +68,9 @@ def client(server: PrivateRedis, name: str = "setup") -> redis.Redis:
 
 
 @contextmanager
-def private_redis(*, maxclients: int = 8, password: str | None = None) -> Iterator[PrivateRedis]:
-    """Start `redis-server` on a free port in a tmp folder; stop it by its pid afterwards."""
+def private_redis(*extra: str, maxclients: int = 8, password: str | None = None) -> Iterator[PrivateRedis]:
+    """Start `redis-server` on a free port in a tmp folder (`extra`: more arguments, `{folder}`
+    replaced by that folder); stop it by its pid afterwards."""
     exe = shutil.which("redis-server")
     if exe is None:
         _unavailable("redis-server is not installed")
@@ -80,6 +81,7 @@ def private_redis(*, maxclients: int = 8, password: str | None = None) -> Iterat
     port = free_port()
     args = [exe, str(conf), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     args += ["--maxclients", str(maxclients), "--logfile", str(log), "--daemonize", "no", "--dir", str(folder)]
+    args += [a.replace("{folder}", str(folder)) for a in extra]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=folder)
     try:
         deadline = time.monotonic() + 15

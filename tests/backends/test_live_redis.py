@@ -125,6 +125,16 @@ def test_a_dropped_observer_is_reopened_once_on_the_next_call(server: PrivateRed
         backend.close()
 
 
+def test_a_unix_socket_url_is_read_the_same_way() -> None:
+    with private_redis("--unixsocket", "{folder}/redis.sock") as server:
+        backend = RedisBackend(_target(url=f"unix://{server.folder}/redis.sock?db=0", timeout_s=2), environ={})
+        try:
+            assert backend.last_error is None
+            assert _info(backend)["server"]["tcp_port"] == server.port
+        finally:
+            backend.close()
+
+
 # -- unreachable and silent targets ------------------------------------------------------------
 
 
@@ -206,10 +216,13 @@ def test_a_password_never_reaches_results_or_messages() -> None:
 def test_acl_denials_are_query_errors_and_check_warnings(server: PrivateRedis) -> None:
     admin = client(server, "admin")
     password = secrets.token_hex(8)
-    admin.execute_command("ACL", "SETUSER", "observer", "on", f">{password}", "~*", "+@all", "-config", "-slowlog")
+    admin.execute_command("ACL", "SETUSER", "observer", "on", f">{password}", "~*", "+@all", "-config", "-slowlog", "-client|setname")
     backend = RedisBackend(_target(server, username="observer", password_env="PW"), environ={"PW": password})
     try:
+        assert backend.last_error is None  # unnamed: CLIENT SETNAME is denied, observing is not
         assert _info(backend)["clients"]["connected_clients"] >= 2
+        rows = _call(backend, "clients").json()["rows"]
+        assert "admin" in {r["name"] for r in rows} and "observer" not in {r["user"] for r in rows}  # itself left out
         with pytest.raises(BackendQueryError, match="not permitted"):
             _call(backend, "config")
         with pytest.raises(BackendQueryError, match="not permitted"):

@@ -13,14 +13,15 @@ Kinds (results as the snapshot backend returns them, ref texts alike; `_redis_te
 the text formats):
 - `info`: `INFO all` as section → field → value; the query matches `# <section>` and
   `<field>:<value>`, like the snapshot backend.
-- `clients`: `CLIENT LIST` rows, without the observer's own connection; paged.
+- `clients`: `CLIENT LIST` rows, without the observer's own connection; paged. A reply longer
+  than the target's `max_bytes` is cut at a line boundary (`details.truncated_at_bytes`).
 - `slowlog`: `SLOWLOG GET 128`, one line per entry, windowed on the entry's time; paged.
 - `config`: `CONFIG GET` of `CONFIG_NAMES` (values as text, as CONFIG GET prints them). Secrets
   (`requirepass`, `masterauth`, TLS key passphrases) are never returned, whatever matched.
 - `log`: the target's `log` file, its last `max_bytes` read, windowed on each line's time.
 
 Only read commands are sent (INFO, CLIENT ID, CLIENT LIST, SLOWLOG GET/LEN, CONFIG GET, PING, and
-the handshake's AUTH, CLIENT SETNAME rootproof, SELECT); nothing from data is ever sent. The
+the handshake's AUTH, SELECT and CLIENT SETNAME rootproof, skipped when the ACL denies it); nothing from data is ever sent. The
 password (`password_env`/`password_file`) is given to the connection only; the URL is shown
 masked, and the password is replaced by `(redacted)` in any reply or message that holds it.
 """
@@ -119,7 +120,7 @@ class RedisBackend:
             socket_timeout=target.timeout_s,
             retry=Retry(NoBackoff(), 0),
             retry_on_error=[],
-            client_name="rootproof",
+            client_name=None,
             driver_info=None,  # no CLIENT SETINFO: a Redis 7.0 server answers it with an error
             protocol=2,
             decode_responses=False,
@@ -135,7 +136,7 @@ class RedisBackend:
         try:
             with self._lock:
                 self._connect()
-        except BackendUnavailable:
+        except BackendError:  # kept in last_error; the next call tries again
             pass
 
     # -- connection ----------------------------------------------------------------------------
@@ -167,6 +168,11 @@ class RedisBackend:
         conn: _Connection = self._conn_class(**self._kwargs)
         try:
             conn.connect()
+            try:  # named after the handshake, so that a user not allowed CLIENT SETNAME can still observe
+                conn.send_command("CLIENT", "SETNAME", "rootproof")
+                conn.read_response()
+            except rex.ResponseError:
+                pass
         except (rex.RedisError, OSError) as exc:
             conn.disconnect()
             err = self._fail(exc if isinstance(exc, rex.RedisError) else rex.ConnectionError(str(exc)), "connecting")
