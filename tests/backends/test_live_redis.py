@@ -313,3 +313,17 @@ def test_slowlog_lines_keep_one_line_per_entry() -> None:
 def test_the_backend_names_its_system_and_tool() -> None:
     assert (RedisBackend.system, RedisBackend.tools) == ("redis", ("inspect_redis",))
     assert os.environ.get("RP_TEST_REDIS_PASSWORD") is None  # the test's secret stayed in its own mapping
+
+
+def test_open_live_backends_mounts_a_redis_target(server: PrivateRedis) -> None:
+    from rootproof.backends.live import open_live_backends
+    from rootproof.targets import TargetsFile
+
+    mounted = open_live_backends(TargetsFile(targets=[_target(server)]), {})
+    try:
+        assert [(key, type(b).__name__) for key, b in mounted] == [("redis:cache", "RedisBackend")]
+        out = mounted[0][1].call("inspect_redis", InspectRedisArgs(kind="info", query="maxclients"), now=datetime.now(UTC), run_id="t")
+        assert out.data_source == "live:cache" and out.json()["info"]["clients"]["maxclients"] == MAXCLIENTS
+    finally:
+        for _, b in mounted:
+            b.close()
