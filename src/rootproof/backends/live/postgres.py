@@ -110,11 +110,7 @@ class PostgresBackend:
 
     def _verify(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
         """Read-only and the statement timeout must hold; `set_config` once if they do not."""
-        check = (
-            "SELECT current_setting('transaction_read_only') AS ro, current_setting('default_transaction_read_only') AS dro,"
-            " (SELECT setting FROM pg_settings WHERE name = 'statement_timeout') AS st,"
-            " current_setting('log_timezone') AS tz"
-        )
+        check = q.SESSION_SQL
         want = str(self._timeout_ms)
         row = conn.execute(check).fetchone() or {}
         if row.get("dro") != "on" or row.get("st") != want:
@@ -160,7 +156,7 @@ class PostgresBackend:
             return BackendUnavailable(f"{self._where()}: {reason}")
         return BackendQueryError(f"{self._where()}: {type(exc).__name__}: {reason}")
 
-    def _fetch(self, statement: str | sql.Composable, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def _fetch(self, statement: str | sql.Composed, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         rows = self._session().execute(statement, dict(params)).fetchall()
         return [q.plain_row(r) for r in rows]
 
@@ -372,12 +368,7 @@ class PostgresBackend:
 
     def _warnings(self, conn: psycopg.Connection[dict[str, Any]]) -> list[str]:
         warnings: list[str] = []
-        row = conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements') AS ext,"
-            " current_setting('shared_preload_libraries') AS spl, current_database() AS db,"
-            " (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) AS su,"
-            " pg_has_role(current_user, 'pg_read_all_stats', 'MEMBER') AS stats, current_user AS me"
-        ).fetchone() or {}
+        row = conn.execute(q.CHECK_SQL).fetchone() or {}
         if not row.get("ext"):
             warnings.append(f"pg_stat_statements is not installed in database {row.get('db')}: kind=top_queries finds nothing")
         elif "pg_stat_statements" not in str(row.get("spl") or ""):

@@ -21,6 +21,7 @@ from rootproof.scenarios.types import format_timestamp
 
 __all__ = [
     "ACTIVITY",
+    "CHECK_SQL",
     "DATABASE_STATS",
     "LOCKS",
     "MAX_QUERY_CHARS",
@@ -28,6 +29,7 @@ __all__ = [
     "OWN_SETTINGS",
     "REPLICATION_PRIMARY",
     "REPLICATION_STANDBY",
+    "SESSION_SQL",
     "SETTINGS",
     "SETTINGS_SQL",
     "STATEMENT_TIMEOUT_BOOT",
@@ -92,6 +94,20 @@ SETTINGS: tuple[str, ...] = (
 )
 """The settings `kind=settings` reads, in this order, values as `SHOW` prints them (with units).
 Never settings that can hold secrets (primary_conninfo, archive_command, restore_command)."""
+
+SESSION_SQL = """
+SELECT current_setting('transaction_read_only') AS ro, current_setting('default_transaction_read_only') AS dro,
+       (SELECT setting FROM pg_settings WHERE name = 'statement_timeout') AS st, current_setting('log_timezone') AS tz
+"""
+"""What the session must show before its first statement (read-only, the statement timeout in ms)."""
+
+CHECK_SQL = """
+SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements') AS ext,
+       current_setting('shared_preload_libraries') AS spl, current_database() AS db,
+       (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) AS su,
+       pg_has_role(current_user, 'pg_read_all_stats', 'MEMBER') AS stats, current_user AS me
+"""
+"""`targets check`: pg_stat_statements installed and preloaded, and may this role see other sessions."""
 
 SETTINGS_SQL = """
 SELECT s.name, current_setting(s.name) AS value
