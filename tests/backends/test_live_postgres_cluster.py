@@ -18,8 +18,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import _unavailable
 
+from conftest import _unavailable
 from rootproof.backends.live.postgres import PostgresBackend
 from rootproof.targets import PostgresTarget
 from rootproof.tools.base import BackendResult, InspectPostgresArgs
