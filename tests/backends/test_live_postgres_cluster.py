@@ -26,7 +26,7 @@ from rootproof.tools.base import BackendResult, InspectPostgresArgs
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
-BIN = Path(os.environ.get("PG_BINDIR", "/usr/lib/postgresql/15/bin"))
+BIN = Path("/usr/lib/postgresql/15/bin")
 
 
 @dataclass
@@ -49,7 +49,7 @@ def _as_postgres(*cmd: str) -> None:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     if not (BIN / "initdb").exists() or (os.geteuid() == 0 and not shutil.which("runuser")):
-        _unavailable(f"no PostgreSQL binaries at {BIN} (PG_BINDIR) to start a private cluster")
+        _unavailable(f"no PostgreSQL binaries at {BIN} to start a private cluster")
     base = Path(tempfile.mkdtemp(prefix="rootproof-pg-"))  # not under pytest's 0700 folder: postgres owns it
     if os.geteuid() == 0:
         pg = pwd.getpwnam("postgres")
