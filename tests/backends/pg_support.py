@@ -47,12 +47,17 @@ def private_database() -> Iterator[str]:
 
 @dataclass
 class RowLock:
-    """A holder idle in transaction after an UPDATE, and a waiter blocked on the same row."""
+    """A holder idle in transaction after an UPDATE, and waiters blocked on the same row (a queue)."""
 
     holder_pid: int
-    waiter_pid: int
+    waiter_pids: list[int]
     holder_query: str
     errors: list[BaseException] = field(default_factory=list)
+
+    @property
+    def waiter_pid(self) -> int:
+        """The first waiter (it waits on the holder's transaction; later ones on its tuple lock)."""
+        return self.waiter_pids[0]
 
 
 HOLDER_SQL = "UPDATE merchant_balances SET pending_cents = pending_cents - 125000 WHERE merchant_id = 4471"
@@ -60,38 +65,42 @@ WAITER_SQL = "UPDATE merchant_balances SET pending_cents = pending_cents + 100 W
 
 
 @contextmanager
-def row_lock(dsn: str) -> Iterator[RowLock]:
-    """Hold a real row lock (holder: `order-admin-console`) with one waiter (`order-service`) blocked on it."""
+def row_lock(dsn: str, waiters: int = 1) -> Iterator[RowLock]:
+    """Hold a real row lock (holder: `order-admin-console`) with `waiters` sessions (`order-service`)
+    blocked on it, each started once the one before waits."""
     holder = psycopg.connect(dsn, application_name="order-admin-console")
-    waiter = psycopg.connect(dsn, application_name="order-service", autocommit=True)
-    lock = RowLock(holder_pid=holder.info.backend_pid, waiter_pid=waiter.info.backend_pid, holder_query=HOLDER_SQL)
+    conns = [psycopg.connect(dsn, application_name="order-service", autocommit=True) for _ in range(waiters)]
+    lock = RowLock(holder_pid=holder.info.backend_pid, waiter_pids=[c.info.backend_pid for c in conns], holder_query=HOLDER_SQL)
 
-    def wait() -> None:
+    def wait(conn: psycopg.Connection[tuple[object, ...]]) -> None:
         try:
-            waiter.execute("SET statement_timeout = '60s'")
-            waiter.execute(WAITER_SQL)
+            conn.execute("SET statement_timeout = '60s'")
+            conn.execute(WAITER_SQL)
         except BaseException as exc:  # reported by the test
             lock.errors.append(exc)
 
-    thread = threading.Thread(target=wait, daemon=True)
+    threads = [threading.Thread(target=wait, args=(c,), daemon=True) for c in conns]
     try:
         holder.execute(HOLDER_SQL)
-        thread.start()
         with psycopg.connect(dsn, autocommit=True) as probe:
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                row = probe.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (lock.waiter_pid,)).fetchone()
-                if row and row[0] == "Lock":
-                    break
-                time.sleep(0.05)
-            else:
-                raise AssertionError("the waiter never blocked on the row lock")
+            for pid, thread in zip(lock.waiter_pids, threads, strict=True):
+                thread.start()
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    row = probe.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+                    if row and row[0] == "Lock":
+                        break
+                    time.sleep(0.05)
+                else:
+                    raise AssertionError(f"waiter {pid} never blocked on the row lock")
         yield lock
     finally:
         holder.rollback()
-        thread.join(timeout=10)
+        for thread in threads:
+            thread.join(timeout=10)
         holder.close()
-        waiter.close()
+        for c in conns:
+            c.close()
 
 
 def write_server_log(path: Path, now: datetime | None = None) -> list[str]:

@@ -71,6 +71,23 @@ def test_a_real_row_lock_names_the_holder(dsn: str) -> None:
     assert out.details["rows_scanned"] == len(rows) and out.details["elapsed_ms"] >= 0
 
 
+def test_a_lock_queue_shows_each_waiter_and_each_blocker(dsn: str) -> None:
+    backend = _backend(dsn)
+    try:
+        with row_lock(dsn, waiters=2) as lock:
+            rows = _call(backend, kind="locks").json()["rows"]
+        assert not lock.errors
+    finally:
+        backend.close()
+    first, second = lock.waiter_pids
+    by = {(r["pid"], r["locktype"], r["granted"]): r for r in rows}
+    assert by[(first, "transactionid", False)]["blocking_pids"] == [lock.holder_pid]
+    assert by[(second, "tuple", False)]["blocking_pids"] == [first]  # queued behind the first waiter
+    assert by[(first, "tuple", True)]["relname"] == "merchant_balances"  # the first waiter holds the tuple lock
+    assert by[(lock.holder_pid, "transactionid", True)]["query"] == HOLDER_SQL
+    assert rows[0]["granted"] is False and rows[1]["granted"] is False  # waits first
+
+
 def test_the_session_is_read_only_with_a_statement_timeout(dsn: str) -> None:
     backend = _backend(dsn, timeout_s=3)
     try:
