@@ -19,7 +19,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from rootproof.backends.live.postgres import PostgresBackend
 from rootproof.backends.live.postgres_log import parse_records
-from rootproof.errors import BackendQueryError, BackendUnavailable
+from rootproof.errors import BackendQueryError, BackendUnavailable, ConfigError
 from rootproof.targets import PostgresTarget
 from rootproof.tools.base import BackendResult, InspectPostgresArgs
 
@@ -264,3 +264,11 @@ def test_concurrent_calls_share_one_session(dsn: str) -> None:
         assert backend._session().info.backend_pid != pid
     finally:
         backend.close()
+
+
+def test_bad_configuration_is_a_config_error_at_construction() -> None:
+    with pytest.raises(ConfigError, match="orders-db: dsn: not a libpq URL"):
+        _backend("host=127.0.0.1 port")
+    target = PostgresTarget(name="orders-db", kind="postgres", dsn="postgresql://app@127.0.0.1/orders", password_env="NO_SUCH_PW")
+    with pytest.raises(ConfigError, match="NO_SUCH_PW is not set"):
+        PostgresBackend(target, environ={})
