@@ -1,0 +1,186 @@
+"""The PostgreSQL server log: bounded reading from the end of the file and parsing into records.
+
+A record is a line that starts with the `log_line_prefix` timestamp (`%m` or `%t`, as in
+Debian's default `%m [%p] %q%u@%d `) together with the lines that belong to it: the
+`DETAIL:`, `HINT:`, `QUERY:`, `CONTEXT:`, `STATEMENT:` and `LOCATION:` lines of the same
+process (they carry a prefix of their own) and the lines without a prefix that follow
+(tab-indented continuations such as a deadlock's `Process N: …` lines, a plan). A record's
+time is the timestamp of its first line.
+
+The file is read backwards from its end in blocks, at most `max_bytes` per call, and reading
+stops early once a block starts with a line older than the window: the newest records are
+always the ones read. Nothing in the file is interpreted beyond these patterns.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+__all__ = ["CONTINUATIONS", "LogRecord", "line_timestamp", "parse_records", "read_tail", "zone_of"]
+
+CONTINUATIONS = frozenset({"DETAIL", "HINT", "QUERY", "CONTEXT", "STATEMENT", "LOCATION"})
+"""Severities of the lines that continue the record before them (same process)."""
+MAX_RECORD_CHARS = 32 * 1024
+"""A longer record (a huge STATEMENT) is cut, and says so."""
+_BLOCK = 64 * 1024
+
+_TS = re.compile(
+    r"^\[?(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?)"
+    r"(?: ?(Z|[+-]\d{2}(?::?\d{2})?|[A-Za-z][A-Za-z0-9_/+\-]{0,40}))?(?![\d.:])"
+)
+_SEVERITY = re.compile(
+    r"\b(DEBUG[1-5]|INFO|NOTICE|WARNING|ERROR|LOG|FATAL|PANIC|DETAIL|HINT|QUERY|CONTEXT|STATEMENT|LOCATION):  "
+)
+_BARE = re.compile(r"^(DEBUG[1-5]|INFO|NOTICE|WARNING|ERROR|LOG|FATAL|PANIC|DETAIL|HINT|QUERY|CONTEXT|STATEMENT|LOCATION):  ")
+_PID = re.compile(r"\[(\d+)\]")
+_UTC_NAMES = frozenset({"UTC", "GMT", "Z", "UCT", "ETC/UTC", "ETC/GMT"})
+
+
+@dataclass(kw_only=True)
+class LogRecord:
+    """One server log record: its first line's time (None without a prefix) and its text."""
+
+    ts: datetime | None
+    pid: str | None = None
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """The record's lines joined by newlines (cut at `MAX_RECORD_CHARS`)."""
+        text = "\n".join(self.lines)
+        if len(text) > MAX_RECORD_CHARS:
+            text = text[:MAX_RECORD_CHARS] + f" …[record cut at {MAX_RECORD_CHARS} characters]"
+        return text
+
+
+def zone_of(name: str | None) -> tzinfo:
+    """The zone of PostgreSQL's `log_timezone` (`Etc/UTC`, `Europe/Berlin`); UTC if unknown."""
+    if not name or name.upper() in _UTC_NAMES:
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return UTC
+
+
+def _zone(token: str | None, default: tzinfo) -> tzinfo:
+    if token is None:
+        return default
+    if token.upper() in _UTC_NAMES:
+        return UTC
+    if token[0] in "+-":
+        digits = token[1:].replace(":", "")
+        hours, minutes = int(digits[:2]), int(digits[2:4] or 0)
+        delta = timedelta(hours=hours, minutes=minutes)
+        return timezone(-delta if token[0] == "-" else delta)
+    # An abbreviation (CET, EST): it names the server's log_timezone, which `default` is.
+    return default
+
+
+def line_timestamp(line: str, default: tzinfo = UTC) -> datetime | None:
+    """The `log_line_prefix` timestamp a line starts with, timezone-aware; None if none."""
+    m = _TS.match(line)
+    if not m:
+        return None
+    try:
+        naive = datetime.fromisoformat(m.group(1).replace("T", " "))
+    except ValueError:
+        return None
+    return naive.replace(tzinfo=_zone(m.group(2), default))
+
+
+def parse_records(text: str, *, at_start: bool = True, default_tz: tzinfo = UTC) -> list[LogRecord]:
+    """Records of a log text, oldest first.
+
+    `at_start` says the text starts at the beginning of the file; otherwise lines before the
+    first timestamped line are dropped (their record's first line was not read).
+    """
+    records: list[LogRecord] = []
+    current: LogRecord | None = None
+    for raw in text.split("\n"):
+        line = raw.rstrip("\r").replace("\x00", "\ufffd")
+        if not line and current is None:
+            continue
+        m = _TS.match(line)
+        if m:
+            ts = line_timestamp(line, default_tz)
+            sev = _SEVERITY.search(line, m.end())
+            head = line[m.end() : sev.start()] if sev else line[m.end() :]
+            pid_m = _PID.search(head)
+            pid = pid_m.group(1) if pid_m else None
+            if (
+                sev is not None
+                and sev.group(1) in CONTINUATIONS
+                and current is not None
+                and (pid is None or current.pid is None or pid == current.pid)
+            ):
+                current.lines.append(line)
+                continue
+            current = LogRecord(ts=ts, pid=pid, lines=[line])
+            records.append(current)
+            continue
+        bare = _BARE.match(line)
+        if bare and bare.group(1) not in CONTINUATIONS:
+            current = LogRecord(ts=None, lines=[line])
+            records.append(current)
+        elif current is not None:
+            current.lines.append(line)
+        elif at_start and line:
+            current = LogRecord(ts=None, lines=[line])
+            records.append(current)
+    for r in records:
+        while r.lines and not r.lines[-1].strip():
+            r.lines.pop()
+    return [r for r in records if r.lines]
+
+
+def _first_timestamp(block: bytes, skip_first: bool, default_tz: tzinfo) -> datetime | None:
+    """The timestamp of the first complete line of `block` that has one."""
+    start = block.find(b"\n") + 1 if skip_first else 0
+    if skip_first and start == 0:
+        return None
+    while start < len(block):
+        end = block.find(b"\n", start)
+        end = len(block) if end < 0 else end
+        ts = line_timestamp(block[start : min(end, start + 64)].decode("utf-8", "replace"), default_tz)
+        if ts is not None:
+            return ts
+        start = end + 1
+    return None
+
+
+def read_tail(path: Path, *, max_bytes: int, not_before: datetime | None, default_tz: tzinfo = UTC) -> tuple[str, int, bool]:
+    """The end of the file: `(text, bytes_read, at_start)`.
+
+    Reads backwards in blocks until `max_bytes` are read, the file's start is reached, or a
+    block's first timestamped line is older than `not_before`. Raises OSError.
+    """
+    with path.open("rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        pos = size
+        chunks: list[bytes] = []
+        read = 0
+        while pos > 0 and read < max_bytes:
+            step = min(_BLOCK, pos, max_bytes - read)
+            pos -= step
+            fh.seek(pos)
+            block = fh.read(step)
+            if not block:
+                break
+            chunks.append(block)
+            read += len(block)
+            if not_before is not None:
+                first = _first_timestamp(block, pos > 0, default_tz)
+                if first is not None and first < not_before:
+                    break
+    data = b"".join(reversed(chunks))
+    at_start = pos == 0
+    if not at_start:
+        cut = data.find(b"\n")
+        data = data[cut + 1 :] if cut >= 0 else b""
+    return data.decode("utf-8", "replace"), read, at_start

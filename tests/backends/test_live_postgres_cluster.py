@@ -1,0 +1,155 @@
+"""The live PostgreSQL backend on a private primary and streaming standby started for this module
+(PostgreSQL 15 binaries, tmp folder, free ports, stopped afterwards): pg_stat_statements preloaded,
+replication from both sides, and the server log found through pg_current_logfile()."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from conftest import _unavailable
+from rootproof.backends.live.postgres import PostgresBackend
+from rootproof.targets import PostgresTarget
+from rootproof.tools.base import BackendResult, InspectPostgresArgs
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+@dataclass
+class Cluster:
+    primary: str
+    standby: str
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _as_postgres(*cmd: str) -> None:
+    prefix = [] if os.geteuid() != 0 else ["runuser", "-u", "postgres", "--"]
+    subprocess.run([*prefix, *cmd], check=True, capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    if not (BIN / "initdb").exists() or (os.geteuid() == 0 and not shutil.which("runuser")):
+        _unavailable(f"no PostgreSQL binaries at {BIN} to start a private cluster")
+    base = Path(tempfile.mkdtemp(prefix="rootproof-pg-"))  # not under pytest's 0700 folder: postgres owns it
+    if os.geteuid() == 0:
+        pg = pwd.getpwnam("postgres")
+        os.chown(base, pg.pw_uid, pg.pw_gid)
+    primary, standby = base / "primary", base / "standby"
+    p1, p2 = _port(), _port()
+    started: list[Path] = []
+    try:
+        _as_postgres(str(BIN / "initdb"), "-D", str(primary), "--auth=trust", "-U", "postgres", "-E", "UTF8")
+        with (primary / "postgresql.conf").open("a") as conf:
+            conf.write(
+                f"port = {p1}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{base}'\n"
+                "shared_preload_libraries = 'pg_stat_statements'\nlogging_collector = on\n"
+                "log_directory = 'log'\nlog_filename = 'postgresql.log'\nwal_level = replica\n"
+                "max_wal_senders = 4\nfsync = off\nlog_timezone = 'UTC'\n"
+            )
+        _as_postgres(str(BIN / "pg_ctl"), "-D", str(primary), "-l", str(base / "primary.out"), "-w", "start")
+        started.append(primary)
+        _as_postgres(str(BIN / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(p1), "-U", "postgres", "-D", str(standby), "-R", "-X", "stream")
+        with (standby / "postgresql.conf").open("a") as conf:
+            conf.write(f"port = {p2}\ncluster_name = 'standby-1'\nlogging_collector = off\n")
+        _as_postgres(str(BIN / "pg_ctl"), "-D", str(standby), "-l", str(base / "standby.out"), "-w", "start")
+        started.append(standby)
+    except (subprocess.SubprocessError, OSError) as exc:
+        for data in started:
+            _as_postgres(str(BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop")
+        shutil.rmtree(base, ignore_errors=True)
+        detail = exc.stderr.decode(errors="replace") if isinstance(exc, subprocess.CalledProcessError) and exc.stderr else ""
+        _unavailable(f"could not start a private PostgreSQL cluster: {exc} {detail}")
+    try:
+        yield Cluster(primary=f"postgresql://postgres@127.0.0.1:{p1}/postgres", standby=f"postgresql://postgres@127.0.0.1:{p2}/postgres")
+    finally:
+        for data in reversed(started):
+            _as_postgres(str(BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _call(backend: PostgresBackend, **args: object) -> BackendResult:
+    return backend.call("inspect_postgres", InspectPostgresArgs.model_validate(args), now=datetime.now(UTC), run_id="t")
+
+
+def _backend(dsn: str, name: str = "users-db") -> PostgresBackend:
+    return PostgresBackend(PostgresTarget(name=name, kind="postgres", dsn=dsn), environ={})
+
+
+def test_top_queries_from_pg_stat_statements(cluster: Cluster) -> None:
+    with psycopg.connect(cluster.primary, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        for _ in range(3):
+            conn.execute("SELECT pg_sleep(0.05)")
+    backend = _backend(cluster.primary)
+    try:
+        data = _call(backend, kind="top_queries", query="pg_sleep").json()
+        assert "no_evidence" not in data
+        row = next(r for r in data["rows"] if "pg_sleep" in r["query"])
+        assert row["calls"] >= 3 and row["mean_exec_time"] >= 40 and isinstance(row["queryid"], str)
+        assert {"total_exec_time", "rows", "shared_blks_hit", "shared_blks_read", "usename", "datname"} <= set(row)
+        all_rows = _call(backend, kind="top_queries", limit=200).json()["rows"]
+        times = [r["total_exec_time"] for r in all_rows]
+        assert times == sorted(times, reverse=True)
+        check = backend.check()
+        assert check.usable and not any("pg_stat_statements" in w for w in check.warnings)
+    finally:
+        backend.close()
+
+
+def test_replication_seen_from_the_primary_and_the_standby(cluster: Cluster) -> None:
+    primary, standby = _backend(cluster.primary), _backend(cluster.standby, "users-replica-1")
+    try:
+        deadline = time.monotonic() + 20
+        rows: list[dict[str, object]] = []
+        while time.monotonic() < deadline:
+            rows = _call(primary, kind="replication").json()["rows"]
+            if rows and rows[0]["state"] == "streaming":
+                break
+            time.sleep(0.2)
+        assert rows and rows[0]["application_name"] == "standby-1" and rows[0]["state"] == "streaming"
+        assert isinstance(rows[0]["replay_lag_bytes"], int) and rows[0]["sync_state"] == "async"
+        assert rows[0]["replay_lag"] is None or isinstance(rows[0]["replay_lag"], float)
+        mine = _call(standby, kind="replication").json()["rows"]
+        assert mine[0]["server_role"] == "standby" and mine[0]["state"] == "streaming"
+        assert isinstance(mine[0]["replay_lsn"], str) and "/" in str(mine[0]["replay_lsn"])
+    finally:
+        primary.close()
+        standby.close()
+
+
+def test_the_log_is_found_through_pg_current_logfile(cluster: Cluster) -> None:
+    with psycopg.connect(cluster.primary, autocommit=True, application_name="report-job") as conn:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            conn.execute("SELECT 1/0 AS broken_report")
+    backend = _backend(cluster.primary)
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not lines:
+            lines = _call(backend, kind="log", query='"division by zero"', since="10m").json()["lines"]
+            time.sleep(0.1)
+        assert lines and "ERROR:  division by zero" in lines[0]
+        assert lines[0].splitlines()[-1].endswith("STATEMENT:  SELECT 1/0 AS broken_report")
+        assert not any("log" in w for w in backend.check().warnings)
+    finally:
+        backend.close()
