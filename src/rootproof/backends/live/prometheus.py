@@ -250,7 +250,9 @@ class PrometheusBackend:
                 warnings.append("/api/v1/targets did not list active targets")
             else:
                 up = [t for t in active if isinstance(t, dict) and t.get("health") == "up"]
-                if not up:
+                if not active:
+                    warnings.append("Prometheus has no active scrape targets: query_metrics will find little")
+                elif not up:
                     warnings.append(f"no scrape target is up ({len(active)} active): query_metrics will find little")
                 elif len(up) < len(active):
                     down = [str(t.get("scrapeUrl", "?"))[:200] for t in active if t not in up][:5]
