@@ -194,7 +194,7 @@ class PrometheusBackend:
         promql = selector_of(args.metric, args.labels)
         step = choose_step(window.end - window.start)
         started = time.monotonic()
-        data, bytes_read = self._get(
+        data, bytes_read, warnings = self._get(
             "/api/v1/query_range",
             {
                 "query": promql,
@@ -213,7 +213,9 @@ class PrometheusBackend:
         if not kept:
             result = MetricsResult(
                 window=result.window,
-                no_evidence=f"query_metrics found no match for metric '{args.metric}' ({_filters(args)}) in window {window.text()}",
+                no_evidence=f"query_metrics found no match for metric '{args.metric}' ({_filters(args)}"
+                + (f"; {len(raw)} series matched with no finite value" if raw else "")
+                + f") in window {window.text()}",
             )
         return BackendResult(
             result=result,
@@ -229,6 +231,7 @@ class PrometheusBackend:
                 "series_dropped": len(series) - len(kept),
                 "series_empty": len(raw) - len(series),
                 "points": sum(len(s.points) for s in kept),
+                **({"warnings": warnings} if warnings else {}),
             },
         )
 
@@ -242,9 +245,11 @@ class PrometheusBackend:
                 self._get("/api/v1/status/buildinfo", {})
         except BackendError as exc:
             return TargetCheck(name=name, kind=kind, usable=False, problem=str(exc))
+        except Exception as exc:  # never raises
+            return TargetCheck(name=name, kind=kind, usable=False, problem=f"{self._where()}: {type(exc).__name__}")
         warnings: list[str] = []
         try:
-            data, _ = self._get("/api/v1/targets", {"state": "active"})
+            data, _, _ = self._get("/api/v1/targets", {"state": "active"})
             active = data.get("activeTargets") if isinstance(data, dict) else None
             if not isinstance(active, list):
                 warnings.append("/api/v1/targets did not list active targets")
@@ -307,8 +312,8 @@ class PrometheusBackend:
             raise BackendUnavailable(f"{self._where()}: GET {path} answered HTTP {status}")
         return body.decode("utf-8", "replace")
 
-    def _get(self, path: str, params: Mapping[str, str]) -> tuple[Any, int]:
-        """The `data` of a Prometheus API answer and the bytes read; errors mapped."""
+    def _get(self, path: str, params: Mapping[str, str]) -> tuple[Any, int, list[str]]:
+        """The `data` of a Prometheus API answer, the bytes read and its warnings (partial data, …); errors mapped."""
         status, body = self._read(path, params)
         try:
             doc = json.loads(body)
@@ -324,7 +329,9 @@ class PrometheusBackend:
             raise BackendUnavailable(f"{self._where()}: GET {path} answered HTTP {status}" + (f" ({kind}: {error})" if error else ""))
         if not isinstance(doc, dict) or doc.get("status") != "success" or "data" not in doc:
             raise BackendUnavailable(f"{self._where()}: GET {path} did not answer the Prometheus API (status=success, data)")
-        return doc["data"], len(body)
+        warnings = doc.get("warnings")
+        shown = [_brief(str(w))[:200] for w in warnings[:5]] if isinstance(warnings, list) else []
+        return doc["data"], len(body), shown
 
     @staticmethod
     def _series(raw: Any) -> SeriesItem | None:
