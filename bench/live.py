@@ -4,8 +4,9 @@ For each live call (PostgreSQL activity/locks/settings, Redis info/clients, an n
 `query_logs` over a JSONL file, `query_metrics` through Prometheus) it prints the median and p95
 wall time over N runs of `ToolBoundary.call` on a fresh one-step RunContext (validation, scope,
 budget, breaker, the backend's call, redaction, refs, observation, a memory trace sink), and of
-the same query run directly with the driver (a psycopg cursor, redis-py, reading the file, an
-httpx GET); the ratio of the medians is what the boundary and the backend's shaping cost.
+the backend's `call` alone, and of the same query run directly with the driver (a psycopg
+cursor, redis-py, reading the file, an httpx GET); the ratio of the boundary's median to the
+driver's is what the boundary and the backend's shaping cost together.
 
 It starts what it needs: a private Prometheus with the PostgreSQL and Redis exporters
 (tests/backends/prom_env.py), a private nginx writing its error log to a tmp folder, and a JSONL
@@ -40,6 +41,7 @@ from rootproof.boundary import CircuitBreaker, InMemoryCanonicalStore, ToolBound
 from rootproof.run import RunBudget, RunContext, RunState, ToolScope
 from rootproof.run.records import MemoryTraceSink
 from rootproof.targets import LogsTarget, NginxTarget, PostgresTarget, PrometheusTarget, RedisTarget
+from rootproof.tools.base import TOOLS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "backends"))
 import prom_env  # noqa: E402  (the tests' Prometheus starter, reused)
@@ -106,6 +108,13 @@ def measure(case: Case, runs: int, warmup: int = 3) -> dict[str, Any]:
                 return {**row, "skipped": f"the call failed: {failure[:300]}"}
             if i >= warmup:
                 through.append(elapsed)
+        bare: list[float] = []
+        model = TOOLS[case.tool].args_model.model_validate(case.args)
+        for i in range(warmup + runs):
+            t0 = time.perf_counter()
+            backend.call(case.tool, model, now=datetime.now(UTC), run_id="bench")
+            if i >= warmup:
+                bare.append(time.perf_counter() - t0)
         direct: list[float] = []
         for i in range(warmup + runs):
             t0 = time.perf_counter()
@@ -116,8 +125,8 @@ def measure(case: Case, runs: int, warmup: int = 3) -> dict[str, Any]:
         return {**row, "skipped": f"{type(exc).__name__}: {str(exc)[:300]}"}
     finally:
         backend.close()
-    b, d = _stats(through), _stats(direct)
-    return {**row, "boundary": b, "direct": d, "ratio": round(b["median_ms"] / d["median_ms"], 2) if d["median_ms"] else None}
+    b, k, d = _stats(through), _stats(bare), _stats(direct)
+    return {**row, "boundary": b, "backend": k, "direct": d, "ratio": round(b["median_ms"] / d["median_ms"], 2) if d["median_ms"] else None}
 
 
 # -- what the cases need -------------------------------------------------------------------------
@@ -288,13 +297,14 @@ def main() -> None:
         print(json.dumps({"runs": a.runs, "results": rows}, indent=2))
         return
     print(f"live tool calls, {a.runs} runs each (median / p95, ms); ratio = boundary median / direct median")
-    print(f"{'call':<42} {'boundary':>17} {'direct':>17} {'ratio':>7}")
+    print("boundary: ToolBoundary.call; backend: the backend's call alone; direct: the bare driver")
+    print(f"{'call':<42} {'boundary':>17} {'backend':>17} {'direct':>17} {'ratio':>7}")
     for r in rows:
         if "skipped" in r:
             print(f"{r['call']:<42} skipped: {r['skipped']}")
             continue
-        b, d = r["boundary"], r["direct"]
-        print(f"{r['call']:<42} {b['median_ms']:>8.2f} /{b['p95_ms']:>7.2f} {d['median_ms']:>8.2f} /{d['p95_ms']:>7.2f} {r['ratio']:>6.1f}x")
+        cells = " ".join(f"{r[k]['median_ms']:>8.2f} /{r[k]['p95_ms']:>7.2f}" for k in ("boundary", "backend", "direct"))
+        print(f"{r['call']:<42} {cells} {r['ratio']:>6.1f}x")
 
 
 if __name__ == "__main__":
