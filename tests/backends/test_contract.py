@@ -13,7 +13,7 @@ import pytest
 
 from .contract import run_case
 
-CASE_MODULES = ["cases_snapshot", "cases_postgres", "cases_redis"]
+CASE_MODULES = ["cases_snapshot", "cases_postgres", "cases_redis", "cases_prometheus"]
 """One module per backend (`cases_<backend>.py`, a `case()` context manager yielding ContractCases)."""
 
 

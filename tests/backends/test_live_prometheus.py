@@ -1,0 +1,287 @@
+"""The live Prometheus backend against a real Prometheus scraping the PostgreSQL and Redis exporters.
+
+The session fixture `prometheus_env` (tests/backends/prom_env.py) starts a private Prometheus
+and both exporters on free loopback ports; tests skip without the binaries (or fail under
+`ROOTPROOF_REQUIRE_SERVICES=1`).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from conftest import _unavailable
+from rootproof.backends.live.prometheus import (
+    MAX_POINTS,
+    MAX_SERIES,
+    MIN_STEP_S,
+    PrometheusBackend,
+    choose_step,
+    selector_of,
+    unit_of,
+)
+from rootproof.errors import BackendQueryError, BackendUnavailable, ConfigError
+from rootproof.targets import PrometheusTarget
+from rootproof.tools.base import MAX_SINCE, QueryMetricsArgs, parse_since
+from rootproof.tools.refs import ref_text
+
+from .prom_env import PromEnv, _spawn, free_port, prometheus_env  # noqa: F401
+
+
+def _target(url: str, **kw: Any) -> PrometheusTarget:
+    return PrometheusTarget(kind="prometheus", name="prom", url=url, **kw)
+
+
+@pytest.fixture
+def backend(prometheus_env: PromEnv) -> Iterator[PrometheusBackend]:  # noqa: F811
+    b = PrometheusBackend(_target(prometheus_env.url), environ={})
+    yield b
+    b.close()
+
+
+def _call(b: PrometheusBackend, **args: Any) -> dict[str, Any]:
+    out = b.call("query_metrics", QueryMetricsArgs(**args), now=datetime.now(UTC), run_id="t")
+    data = out.json()
+    data["_details"] = out.details
+    data["_source"] = out.data_source
+    return data
+
+
+def _require_up(env: PromEnv, metric: str, what: str) -> None:
+    rows = env.query(metric)
+    if not rows or rows[0]["value"][1] != "1":
+        _unavailable(f"{what} is not reachable by its exporter ({metric} = {rows[0]['value'][1] if rows else 'absent'})")
+
+
+# -- real series ---------------------------------------------------------------------------------
+
+
+def test_pg_up_is_one_with_a_summary(backend: PrometheusBackend, prometheus_env: PromEnv) -> None:  # noqa: F811
+    _require_up(prometheus_env, "pg_up", "PostgreSQL at 127.0.0.1:5432")
+    data = _call(backend, metric="pg_up", since="5m")
+    assert data["_source"] == "live:prom"
+    assert "no_evidence" not in data
+    [s] = data["series"]
+    assert s["metric"] == "pg_up" and s["unit"] == ""
+    assert s["labels"] == {"instance": f"127.0.0.1:{prometheus_env.ports['postgres_exporter']}", "job": "postgres"}
+    assert list(s["labels"]) == sorted(s["labels"])
+    assert s["points"] and all(v == 1 and isinstance(v, int) for _, v in s["points"])
+    assert s["summary"] == {"first": 1, "last": 1, "min": 1, "max": 1, "delta": 0, "mean": 1.0}
+    stamps = [t for t, _ in s["points"]]
+    assert stamps == sorted(stamps) and all(t.endswith("Z") and len(t) == 24 for t in stamps)
+    assert data["window"]["from"] <= stamps[0] and stamps[-1] <= data["window"]["to"]
+    text = ref_text("query_metrics", data, "$.series[0]")
+    assert text.startswith(f'pg_up{{instance="127.0.0.1:{prometheus_env.ports["postgres_exporter"]}",job="postgres"}} first=1 last=1 min=1 max=1 delta=0 mean=1.0 unit= window=')
+    details = data["_details"]
+    assert details["query"] == "pg_up" and details["step"] == "5s" and details["target"] == "prom"
+    assert details["bytes_read"] > 0 and details["elapsed_ms"] >= 0 and details["series"] == 1
+
+
+def test_redis_up_and_connected_clients(backend: PrometheusBackend, prometheus_env: PromEnv) -> None:  # noqa: F811
+    _require_up(prometheus_env, "redis_up", "Redis at 127.0.0.1:6379")
+    [up] = _call(backend, metric="redis_up", since="5m")["series"]
+    assert up["summary"]["last"] == 1 and up["labels"]["job"] == "redis"
+    clients = _call(backend, metric="redis_connected_clients", labels={"job": "redis"})["series"]
+    assert len(clients) == 1 and clients[0]["summary"]["min"] >= 1  # the exporter itself is a client
+
+
+# -- selectors -----------------------------------------------------------------------------------
+
+
+def test_a_glob_becomes_an_anchored_regex() -> None:
+    assert selector_of("pg_up", None) == "pg_up"
+    assert selector_of("pg_locks_*", None) == '{__name__=~"^pg_locks_.*$"}'
+    assert selector_of("*connections*", {"job": "pg"}) == '{__name__=~"^.*connections.*$", job="pg"}'
+    assert selector_of("pg_u?", {}) == '{__name__=~"^pg_u.$"}'
+    # regex metacharacters are escaped for RE2, and the backslashes again for the PromQL string
+    assert selector_of("a.b(c)+*", None) == '{__name__=~"^a\\\\.b\\\\(c\\\\)\\\\+.*$"}'
+    assert selector_of("*", None) == '{__name__=~"^.+$"}'  # `.*` alone is refused by Prometheus
+    # a name that is no metric name is matched exactly, never spliced into PromQL
+    assert selector_of('x"} or vector(1) #', None) == '{__name__="x\\"} or vector(1) #"}'
+
+
+def test_label_values_are_escaped_and_names_checked() -> None:
+    assert selector_of("up", {"b": 'say "hi"\\', "a": "line\nbreak"}) == 'up{a="line\\nbreak", b="say \\"hi\\"\\\\"}'
+    with pytest.raises(BackendQueryError, match="not a Prometheus label name"):
+        selector_of("up", {'job="x",__name__': "y"})
+
+
+def test_a_glob_matches_by_name_only_anchored(backend: PrometheusBackend, prometheus_env: PromEnv) -> None:  # noqa: F811
+    _require_up(prometheus_env, "pg_up", "PostgreSQL at 127.0.0.1:5432")
+    data = _call(backend, metric="pg_stat_database_*", labels={"datname": "test"}, since="5m")
+    assert data["_details"]["query"] == '{__name__=~"^pg_stat_database_.*$", datname="test"}'
+    names = {s["metric"] for s in data["series"]}
+    assert "pg_stat_database_numbackends" in names
+    assert all(n.startswith("pg_stat_database_") for n in names)
+    assert all(s["labels"]["datname"] == "test" for s in data["series"])
+    assert {s["unit"] for s in data["series"] if s["metric"] == "pg_stat_database_blks_hit"} == {""}
+    ending = {s["metric"] for s in _call(backend, metric="*_up", since="5m")["series"]}
+    assert ending == {"pg_up", "redis_up"}  # anchored: `pg_up_…` or `up` would not match
+    assert {s["metric"] for s in _call(backend, metric="pg_u?", since="5m")["series"]} == {"pg_up"}
+
+
+def test_a_missing_metric_is_no_evidence(backend: PrometheusBackend) -> None:
+    data = _call(backend, metric="rootproof_nothing_total", labels={"job": "x"}, since="15m")
+    assert data["series"] == []
+    assert data["no_evidence"] == (
+        f"query_metrics found no match for metric 'rootproof_nothing_total' (labels=job=x, since=15m) "
+        f"in window {data['window']['from']}..{data['window']['to']}"
+    )
+
+
+def test_a_bad_selector_is_a_query_error_with_prometheus_text(backend: PrometheusBackend) -> None:
+    with pytest.raises(BackendQueryError, match="metric name must not be set twice") as info:
+        _call(backend, metric="pg_up", labels={"__name__": "redis_up"})
+    assert "bad_data" in str(info.value)
+    with pytest.raises(BackendQueryError, match="not a Prometheus label name"):
+        _call(backend, metric="pg_up", labels={"0bad": "x"})
+
+
+# -- bounds --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("since", ["90s", "5m", "10m", "30m", "1h", "2h", "6h", "1d", "3d", "7d"])
+def test_the_step_bounds_the_points(since: str) -> None:
+    window = parse_since(since)
+    step = choose_step(window)
+    assert step >= MIN_STEP_S
+    assert int(window.total_seconds() // step) + 1 <= MAX_POINTS
+    assert choose_step(MAX_SINCE) * (MAX_POINTS - 1) >= MAX_SINCE.total_seconds()
+
+
+def test_live_points_stay_under_the_bound(backend: PrometheusBackend) -> None:
+    for since, step in (("5m", "5s"), ("30m", "30s"), ("2h", "120s"), ("7d", "7200s")):
+        data = _call(backend, metric="up", since=since)
+        assert data["_details"]["step"] == step
+        assert data["series"] and all(len(s["points"]) <= MAX_POINTS for s in data["series"])
+    # 10 minutes at 5s: Prometheus answers every step since the exporters came up, at most 121
+    points = _call(backend, metric="up", since="10m")["series"][0]["points"]
+    gaps = {(datetime.fromisoformat(b[0]) - datetime.fromisoformat(a[0])) for a, b in zip(points, points[1:], strict=False)}
+    assert gaps <= {timedelta(seconds=5)} and len(points) <= MAX_POINTS
+
+
+def test_at_most_max_series_the_rest_counted(backend: PrometheusBackend) -> None:
+    data = _call(backend, metric="pg_settings_*", since="5m")
+    details = data["_details"]
+    assert len(data["series"]) == MAX_SERIES == details["series"]
+    assert details["series_total"] > MAX_SERIES and details["series_dropped"] == details["series_total"] - MAX_SERIES
+    keys = [(s["metric"], sorted(s["labels"].items())) for s in data["series"]]
+    assert keys == sorted(keys)
+
+
+def test_an_answer_over_max_bytes_is_refused(prometheus_env: PromEnv) -> None:  # noqa: F811
+    b = PrometheusBackend(_target(prometheus_env.url, max_bytes=4096), environ={})
+    try:
+        with pytest.raises(BackendQueryError, match="max_bytes=4096"):
+            _call(b, metric="pg_*", since="1h")
+        assert _call(b, metric="pg_up", since="1m")["series"]  # a small answer still fits
+    finally:
+        b.close()
+
+
+# -- failures ------------------------------------------------------------------------------------
+
+
+def test_a_dead_prometheus_is_unavailable_fast() -> None:
+    port = free_port()  # nothing listens there
+    b = PrometheusBackend(_target(f"http://127.0.0.1:{port}", timeout_s=5), environ={})
+    t0 = time.monotonic()
+    with pytest.raises(BackendUnavailable, match="unreachable"):
+        _call(b, metric="pg_up")
+    assert time.monotonic() - t0 < 1.0
+    check = b.check()
+    assert not check.usable and check.problem and "unreachable" in check.problem
+    b.close()
+    b.close()  # idempotent
+
+
+def test_a_silent_server_times_out_as_unavailable() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(4)  # accepts connections (the backlog) but never answers
+        b = PrometheusBackend(_target(f"http://127.0.0.1:{s.getsockname()[1]}", timeout_s=0.5), environ={})
+        t0 = time.monotonic()
+        with pytest.raises(BackendUnavailable, match="timed out"):
+            _call(b, metric="pg_up")
+        assert time.monotonic() - t0 < 2.0
+        b.close()
+
+
+def test_a_url_that_is_not_the_api_is_unavailable(prometheus_env: PromEnv) -> None:  # noqa: F811
+    b = PrometheusBackend(_target(prometheus_env.url + "/not-here"), environ={})
+    with pytest.raises(BackendUnavailable, match="HTTP 404"):
+        _call(b, metric="pg_up")
+    b.close()
+
+
+def test_secrets_stay_out_of_messages(tmp_path: Any) -> None:
+    port = free_port()
+    with pytest.raises(ConfigError, match="PROM_TOKEN is not set"):
+        PrometheusBackend(_target(f"http://127.0.0.1:{port}", password_env="PROM_TOKEN"), environ={})
+    b = PrometheusBackend(_target(f"http://u:hunter2@127.0.0.1:{port}", password_env="PROM_TOKEN"), environ={"PROM_TOKEN": "s3cret-token"})
+    with pytest.raises(BackendUnavailable) as info:
+        _call(b, metric="pg_up")
+    assert "hunter2" not in str(info.value) and "s3cret-token" not in str(info.value)
+    assert "u:***@127.0.0.1" in str(info.value)
+    assert "hunter2" not in (b.check().problem or "")
+    b.close()
+
+
+# -- check ---------------------------------------------------------------------------------------
+
+
+def test_check_is_usable_without_warnings(backend: PrometheusBackend) -> None:
+    check = backend.check()
+    assert check.usable and check.problem is None and check.warnings == []
+
+
+def test_check_warns_when_no_target_is_up(tmp_path: Any) -> None:
+    from .prom_env import _binary
+
+    prometheus = _binary("prometheus")
+    if prometheus is None:
+        _unavailable("prometheus is not installed")
+    port, dead = free_port(), free_port()
+    tmp_path = tmp_path / "prom"
+    tmp_path.mkdir()
+    (tmp_path / "p.yml").write_text(
+        '{"global": {"scrape_interval": "1s"}, "scrape_configs": '
+        f'[{{"job_name": "gone", "static_configs": [{{"targets": ["127.0.0.1:{dead}"]}}]}}]}}'
+    )
+    env = PromEnv(url=f"http://127.0.0.1:{port}", tmp=tmp_path, ports={"prometheus": port})
+    _spawn(env, "prometheus", [prometheus, f"--config.file={tmp_path / 'p.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"])
+    b = PrometheusBackend(_target(env.url), environ={})
+    try:
+        deadline = time.monotonic() + 30
+        while not (check := b.check()).usable or not any("(1 active)" in w for w in check.warnings):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)  # ready first, then the scrape targets are discovered
+        assert check.usable, check.problem
+        assert check.warnings == ["no scrape target is up (1 active): query_metrics will find little"]
+    finally:
+        b.close()
+        env.stop()
+
+
+# -- value parsing (Prometheus's documented JSON) ------------------------------------------------
+
+
+def test_nan_and_inf_points_are_dropped_values_int_when_integral() -> None:
+    raw = {"metric": {"__name__": "x_seconds", "b": "2", "a": "1"}, "values": [[1.5, "NaN"], [2, "3"], [3.25, "+Inf"], [4, "0.5"], [5, "-Inf"]]}
+    s = PrometheusBackend._series(raw)
+    assert s is not None
+    assert s.points == [["1970-01-01T00:00:02.000Z", 3], ["1970-01-01T00:00:04.000Z", 0.5]]
+    assert list(s.labels) == ["a", "b"] and s.unit == "seconds" and s.summary.last == 0.5
+    assert PrometheusBackend._series({"metric": {"__name__": "y"}, "values": [[1, "NaN"]]}) is None
+
+
+def test_units_from_suffixes() -> None:
+    assert [unit_of(n) for n in ("a_seconds", "a_bytes", "a_total", "pg_locks_count", "a_ratio", "pg_up")] == [
+        "seconds", "bytes", "count", "count", "ratio", ""
+    ]
