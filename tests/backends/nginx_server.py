@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import httpx
-
 import pytest
 
 NGINX = "/usr/sbin/nginx"

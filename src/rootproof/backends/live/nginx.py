@@ -67,10 +67,10 @@ def line_time(kind: str, text: str) -> datetime | None:
                 return datetime(y, mo, d, h, mi, s).astimezone().astimezone(UTC)  # local time, as nginx writes it
             return None
         if m := _ACCESS_TS.search(text):
-            d, mon, y, h, mi, s, sign, oh, om = m.groups()
+            day, mon, year, hh, mm, ss, sign, oh, om = m.groups()
             offset = timedelta(hours=int(oh), minutes=int(om))
             tz = timezone(-offset if sign == "-" else offset)
-            return datetime(int(y), _MONTHS[mon], int(d), int(h), int(mi), int(s), tzinfo=tz).astimezone(UTC)
+            return datetime(int(year), _MONTHS[mon], int(day), int(hh), int(mm), int(ss), tzinfo=tz).astimezone(UTC)
         if m := _ISO_TS.search(text):
             return datetime.fromisoformat(m.group(0)).astimezone(UTC)
     except (KeyError, ValueError, OverflowError):

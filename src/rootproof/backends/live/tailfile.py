@@ -24,6 +24,7 @@ class Tail:
     path: Path
     lines: list[str]
     bytes_read: int
+    """Bytes read from the file (a cut first line included)."""
     truncated: bool
     """The file holds more than was read (older lines were left unread)."""
 
@@ -39,6 +40,7 @@ def read_tail(path: Path, budget: int) -> Tail:
     except OSError as exc:
         raise BackendQueryError(f"cannot read {path}: {exc.strerror or exc}") from exc
     truncated = start > 0
+    raw = len(data)
     if truncated:
         cut = data.find(b"\n")
         data = data[cut + 1 :] if cut >= 0 else b""
@@ -46,7 +48,7 @@ def read_tail(path: Path, budget: int) -> Tail:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    return Tail(path=path, lines=[ln.removesuffix("\r") for ln in lines], bytes_read=len(data), truncated=truncated)
+    return Tail(path=path, lines=[ln.removesuffix("\r") for ln in lines], bytes_read=raw, truncated=truncated)
 
 
 def read_head(path: Path, budget: int) -> Tail:
