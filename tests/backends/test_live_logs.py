@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from rootproof.backends.live.logparse import normalise_level, parse_logfmt, parse_time
+from rootproof.backends.live.logparse import LineParser, normalise_level, parse_logfmt, parse_time
 from rootproof.backends.live.logs import LogsBackend
 from rootproof.backends.live.loki import build_logql
 from rootproof.backends.query import parse_query
@@ -155,6 +155,11 @@ def test_parsers() -> None:
         assert parse_time(v) == t, v
     assert parse_time("2026-12-01 12:00:00,250") == t + timedelta(milliseconds=250)
     assert parse_time("yesterday") is None and parse_time(True) is None
+    hostile = LineParser(fmt="jsonl", service="s", fields={})
+    assert hostile.fields_of('{"a":' + "[" * 200_000 + "]" * 200_000 + "}") is None  # no RecursionError
+    mapped = LineParser(fmt="jsonl", service="s", fields={"message": "log", "ts": "time", "level": "log.level"})
+    rec = mapped.parse(['{"time": "2026-12-01T12:00:00Z", "log": {"level": "crit"}, "stream": "stderr"}', '{"log": "x"}']).records
+    assert len(rec) == 1 and rec[0].level == "FATAL" and rec[0].message == '{"level":"crit"} stream=stderr\n{"log": "x"}'
 
 
 @dataclass

@@ -122,7 +122,12 @@ def _lookup(record: Mapping[str, Any], key: str) -> Any:
 
 
 def _text(value: Any) -> str:
-    return value if isinstance(value, str) else canonical_json(value)
+    if isinstance(value, str):
+        return value
+    try:
+        return canonical_json(value)
+    except (ValueError, RecursionError):
+        return "(a value nested too deeply to print)"
 
 
 def _pair(key: str, value: Any) -> str:
@@ -167,7 +172,7 @@ class LineParser:
                 return None
             try:
                 data = json.loads(stripped)
-            except ValueError:
+            except (ValueError, RecursionError):  # hostile nesting is no record
                 return None
             return data if isinstance(data, dict) else None
         if self._fmt == "logfmt":
