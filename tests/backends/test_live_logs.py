@@ -273,3 +273,19 @@ def test_logql_building() -> None:
     assert build_logql('{app="x"} | json', service_label="svc", service='o"1', query=q) == (
         '{app="x", svc="o\\"1"} | json |~ "(?i)a\\\\.b|x\\\\s+y"')
     assert build_logql('{job=~"{.+}"}', service_label="service", service="s", query=parse_query("")) == '{job=~"{.+}", service="s"}'
+
+
+def test_open_live_backends_mounts_nginx_and_one_logs_backend(files: list[LogsTarget], tmp_path: Path) -> None:
+    from rootproof.backends.live import open_live_backends
+    from rootproof.backends.live.nginx import NginxBackend
+    from rootproof.targets import NginxTarget, TargetsFile
+
+    loki = LokiTarget(kind="loki", name="loki", url=f"http://127.0.0.1:{free_port()}", timeout_s=1)
+    nginx = NginxTarget(kind="nginx", name="edge", error_log=tmp_path / "error.log")
+    mounts = open_live_backends(TargetsFile(targets=[nginx, *files, loki]), {})
+    assert [k for k, _ in mounts] == ["nginx:edge", "logs"]
+    assert isinstance(mounts[0][1], NginxBackend) and isinstance(mounts[1][1], LogsBackend)
+    data, out = _call(mounts[1][1], query="HikariPool")  # type: ignore[arg-type]
+    assert data["total_matches"] == 2 and out.details["unavailable"] == ["loki"]
+    for _, backend in mounts:
+        backend.close()
