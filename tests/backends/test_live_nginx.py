@@ -168,3 +168,41 @@ def test_check_reports_usable_and_warnings(nginx: Nginx, tmp_path: Path) -> None
     assert NginxBackend(NginxTarget(kind="nginx", name="edge"), environ={}).check().usable is False
 
 
+
+
+def test_a_dripping_status_server_is_cut_off() -> None:
+    """httpx's timeout is per read: a server sending a byte every 0.1s is still stopped after 2 × timeout_s."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Drip(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            try:
+                for _ in range(100):
+                    self.wfile.write(b"A")
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            except OSError:
+                pass
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Drip)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/nginx_status"
+        backend = NginxBackend(NginxTarget(kind="nginx", name="edge", status_url=url, timeout_s=0.4), environ={})
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable, match="timed out"):
+            _call(backend, kind="status")
+        assert time.monotonic() - started < 2.5
+        backend.close()
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -111,16 +113,22 @@ class LokiClient:
         if target.tenant:
             self._headers["X-Scope-OrgID"] = target.tenant
         self._client: httpx.Client | None = None
+        self._lock = threading.Lock()  # calls may run in parallel threads; one client is shared
 
     def _get(self, path: str, params: Mapping[str, str] | None = None) -> tuple[int, bytes]:
         t = self.target
-        if self._client is None:
-            self._client = httpx.Client(timeout=t.timeout_s, headers=self._headers, auth=self._auth, follow_redirects=False)
-        body = b""
+        with self._lock:
+            if self._client is None:
+                self._client = httpx.Client(timeout=t.timeout_s, headers=self._headers, auth=self._auth, follow_redirects=False)
+            client = self._client
+        body = bytearray()
+        deadline = time.monotonic() + 2 * t.timeout_s  # httpx's timeout is per read; a dripping server is bounded too
         try:
-            with self._client.stream("GET", self._base + path, params=params) as response:
+            with client.stream("GET", self._base + path, params=params) as response:
                 for chunk in response.iter_bytes():
                     body += chunk
+                    if time.monotonic() > deadline:
+                        raise httpx.ReadTimeout("the answer took too long")
                     if len(body) > t.max_bytes:
                         raise BackendQueryError(f"loki {t.name} ({self.shown}): the answer is larger than max_bytes={t.max_bytes}")
                 status = response.status_code
@@ -137,7 +145,7 @@ class LokiClient:
         if status != 200:
             snippet = body[:300].decode("utf-8", errors="replace").strip()
             raise BackendQueryError(f"loki {t.name} ({self.shown}): HTTP {status}: {snippet}")
-        return status, body
+        return status, bytes(body)
 
     def ready(self) -> None:
         """Raise unless `/ready` answers 200."""
@@ -169,6 +177,7 @@ class LokiClient:
 
     def close(self) -> None:
         """Close the HTTP client; idempotent."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta, timezone
@@ -115,6 +116,7 @@ class NginxBackend:
         self._target = target
         self._source = f"live:{target.name}"
         self._client: httpx.Client | None = None
+        self._lock = threading.Lock()  # calls may run in parallel threads; one client is shared
 
     # -- seam ----------------------------------------------------------------------------------
 
@@ -170,9 +172,10 @@ class NginxBackend:
 
     def close(self) -> None:
         """Close the HTTP client; idempotent."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
     # -- kinds ---------------------------------------------------------------------------------
 
@@ -268,13 +271,18 @@ class NginxBackend:
         t = self._target
         assert t.status_url is not None
         shown = masked_url(t.status_url)
-        if self._client is None:
-            self._client = httpx.Client(timeout=t.timeout_s, follow_redirects=False)
-        body = b""
+        with self._lock:
+            if self._client is None:
+                self._client = httpx.Client(timeout=t.timeout_s, follow_redirects=False)
+            client = self._client
+        body = bytearray()
+        deadline = time.monotonic() + 2 * t.timeout_s  # httpx's timeout is per read; a dripping server is bounded too
         try:
-            with self._client.stream("GET", t.status_url) as response:
+            with client.stream("GET", t.status_url) as response:
                 for chunk in response.iter_bytes():
                     body += chunk
+                    if time.monotonic() > deadline:
+                        raise httpx.ReadTimeout("the answer took too long")
                     if len(body) > t.max_bytes:
                         raise BackendQueryError(f"nginx status {shown}: the answer is larger than {t.max_bytes} bytes")
                 status = response.status_code
