@@ -289,3 +289,10 @@ def test_open_live_backends_mounts_nginx_and_one_logs_backend(files: list[LogsTa
     assert data["total_matches"] == 2 and out.details["unavailable"] == ["loki"]
     for _, backend in mounts:
         backend.close()
+
+
+def test_loki_configuration_errors() -> None:
+    with pytest.raises(ConfigError, match="url"):
+        LogsBackend([LokiTarget(kind="loki", name="loki", url="http://127.0.0.1:99999")], environ={})
+    with pytest.raises(ConfigError, match="LOKI_TOKEN is not set"):
+        LogsBackend([LokiTarget(kind="loki", name="loki", url="http://127.0.0.1:3100", password_env="LOKI_TOKEN")], environ={})

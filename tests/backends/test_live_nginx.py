@@ -206,3 +206,10 @@ def test_a_dripping_status_server_is_cut_off() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_status_url_that_is_not_http_is_a_query_error() -> None:
+    backend = NginxBackend(NginxTarget(kind="nginx", name="edge", status_url="ftp://127.0.0.1/status"), environ={})
+    with pytest.raises(BackendQueryError, match="not an http"):
+        _call(backend, kind="status")
+    assert backend.check().usable is False

@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import httpx
 
 from rootproof.backends.query import TextQuery, TimeWindow
-from rootproof.errors import BackendQueryError, BackendUnavailable
+from rootproof.errors import BackendQueryError, BackendUnavailable, ConfigError
 from rootproof.targets import LokiTarget, secret_of
 
 __all__ = ["LOKI_LIMIT", "LokiClient", "LokiLine", "build_logql"]
@@ -99,9 +99,12 @@ class LokiClient:
     def __init__(self, target: LokiTarget, *, environ: Mapping[str, str]) -> None:
         self.target = target
         secret = secret_of(target, environ)
-        parts = urlsplit(target.url)
-        host = parts.hostname or ""
-        netloc = host + (f":{parts.port}" if parts.port else "")
+        try:
+            parts = urlsplit(target.url)
+            host = parts.hostname or ""
+            netloc = host + (f":{parts.port}" if parts.port else "")
+        except ValueError as exc:
+            raise ConfigError(f"targets: {target.name}: url: not a valid URL ({exc})") from None
         self._base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
         self.shown = self._base
         self._headers: dict[str, str] = {"Accept": "application/json"}
@@ -134,9 +137,11 @@ class LokiClient:
                 status = response.status_code
         except httpx.TimeoutException as exc:
             raise BackendUnavailable(f"loki {t.name} ({self.shown}): timed out after {t.timeout_s}s") from exc
+        except httpx.UnsupportedProtocol as exc:
+            raise BackendQueryError(f"loki {t.name} ({self.shown}): not an http(s) URL") from exc
         except (httpx.TransportError, OSError) as exc:
             raise BackendUnavailable(f"loki {t.name} ({self.shown}): unreachable ({type(exc).__name__})") from exc
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
             raise BackendQueryError(f"loki {t.name} ({self.shown}): {type(exc).__name__}") from exc
         if status in (401, 403):
             raise BackendUnavailable(f"loki {t.name} ({self.shown}): authentication failed (HTTP {status})")

@@ -164,6 +164,8 @@ class NginxBackend:
                 usable += 1
             except BackendError as exc:
                 warnings.append(f"status: {exc}")
+            except Exception as exc:  # check() never raises
+                warnings.append(f"status: {type(exc).__name__}")
         if not (t.error_log or t.access_log or t.config or t.status_url):
             return TargetCheck(name=t.name, kind="nginx", usable=False, problem="no error_log, access_log, config or status_url is configured")
         if not usable:
@@ -288,9 +290,11 @@ class NginxBackend:
                 status = response.status_code
         except httpx.TimeoutException as exc:
             raise BackendUnavailable(f"nginx status {shown}: timed out after {t.timeout_s}s") from exc
+        except httpx.UnsupportedProtocol as exc:
+            raise BackendQueryError(f"nginx status {shown}: not an http(s) URL") from exc
         except (httpx.TransportError, OSError) as exc:
             raise BackendUnavailable(f"nginx status {shown}: unreachable ({type(exc).__name__})") from exc
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
             raise BackendQueryError(f"nginx status {shown}: {type(exc).__name__}") from exc
         if status != 200:
             raise BackendQueryError(f"nginx status {shown}: HTTP {status}")
