@@ -107,6 +107,7 @@ def test_a_file_larger_than_max_bytes_is_read_bounded(tmp_path: Path) -> None:
 
 
 def test_files_newest_first_and_old_files_skipped(tmp_path: Path) -> None:
+    (tmp_path / "app.log.1.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
     for name, age, msg in (("app.log", 0, "current"), ("app.log.1", 300, "rotated"), ("app.log.2", 7200, "ancient")):
         p = tmp_path / name
         ts = NOW - timedelta(seconds=age + 1)
@@ -116,6 +117,7 @@ def test_files_newest_first_and_old_files_skipped(tmp_path: Path) -> None:
     data, out = _call(LogsBackend([target], environ={}))
     assert [e["message"] for e in data["entries"]] == ["current", "rotated"]
     assert out.details["per_target"]["app"]["files"] == ["app.log", "app.log.1"]
+    assert out.details["per_target"]["app"]["compressed_skipped"] == ["app.log.1.gz"] and out.details["per_target"]["app"]["unparsed"] == 0
 
 
 def test_a_glob_matching_nothing(tmp_path: Path) -> None:

@@ -43,6 +43,8 @@ __all__ = ["LogsBackend"]
 _SCOPES = ("APPLICATION", "DATABASE", "CACHE", "PROXY", "SYSTEM")
 _LOGFMT_HINT = re.compile(r"(?:^|\s)(?:level|lvl|msg|message|ts|time)=")
 _CHECK_BYTES = 64 * 1024
+COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
+"""Rotated files with these suffixes are skipped (they cannot be read from the end)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,6 +219,9 @@ class LogsBackend:
         for path, mtime in files:
             if mtime < window.start.timestamp():
                 break  # this file and every older one end before the window
+            if path.suffix.lower() in COMPRESSED:
+                info.setdefault("compressed_skipped", []).append(path.name)
+                continue
             if budget <= 0:
                 info["truncated"] = True
                 break
@@ -293,7 +298,7 @@ class LogsBackend:
             return TargetCheck(name=t.name, kind="logs", usable=True, warnings=[f"the globs {', '.join(t.paths)} match no file yet"])
         warnings: list[str] = []
         readable = 0
-        for path, _ in files[:20]:
+        for path, _ in [f for f in files if f[0].suffix.lower() not in COMPRESSED][:20]:
             try:
                 tail = read_tail(path, _CHECK_BYTES)
             except BackendQueryError as exc:
