@@ -13,7 +13,7 @@ import pytest
 
 from .contract import run_case
 
-CASE_MODULES = ["cases_snapshot", "cases_postgres", "cases_redis", "cases_prometheus"]
+CASE_MODULES = ["cases_snapshot", "cases_postgres", "cases_redis", "cases_prometheus", "cases_nginx", "cases_logs"]
 """One module per backend (`cases_<backend>.py`, a `case()` context manager yielding ContractCases)."""
 
 

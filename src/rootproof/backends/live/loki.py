@@ -1,0 +1,188 @@
+"""A small Loki HTTP client for the logs backend: `query_range` and `/ready`.
+
+The LogQL of a call is the target's `selector`, with `<service_label>="<service>"` added to
+its matchers when the call names a service, then a case-insensitive line filter holding the
+query's terms (`|~ "(?i)term1|term2"`, each regex-escaped, a phrase's spaces as `\\s+`).
+`start`/`end` are the window in nanoseconds, `direction=backward` (newest first), `limit`
+`LOKI_LIMIT`. `X-Scope-OrgID` carries the tenant; the secret (`password_env`/`password_file`)
+is sent as HTTP basic auth when the URL names a user (`https://user@loki…`), else as a bearer
+token. Answers are read up to the target's `max_bytes`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import httpx
+
+from rootproof.backends.query import TextQuery, TimeWindow
+from rootproof.errors import BackendQueryError, BackendUnavailable, ConfigError
+from rootproof.targets import LokiTarget, secret_of
+
+__all__ = ["LOKI_LIMIT", "LokiClient", "LokiLine", "build_logql"]
+
+LOKI_LIMIT = 2000
+"""Most lines asked of Loki per call (its default `max_entries_limit_per_query` is 5000)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LokiLine:
+    """One line Loki returned, with its stream's labels."""
+
+    ts: datetime
+    line: str
+    labels: dict[str, str]
+
+
+def _logql_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _selector_end(selector: str) -> int:
+    """Index of the `}` closing the first stream selector (quoted strings skipped); -1 if none."""
+    depth, quote, i = 0, "", 0
+    while i < len(selector):
+        c = selector[i]
+        if quote:
+            if c == "\\" and quote == '"':
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "\"`":
+            quote = c
+        elif c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def build_logql(selector: str, *, service_label: str, service: str | None, query: TextQuery) -> str:
+    """The LogQL of one call (see the module docstring)."""
+    expr = selector.strip()
+    if service is not None:
+        end = _selector_end(expr)
+        matcher = f"{service_label}={_logql_string(service)}"
+        if end < 0:
+            expr = "{" + matcher + "}" + (" " + expr if expr else "")
+        else:
+            inner = expr[1:end].strip()
+            expr = "{" + (inner + ", " if inner else "") + matcher + "}" + expr[end + 1 :]
+    if not query.empty:
+        alternatives = [r"\s+".join(re.escape(word) for word in term.split()) for term in query.terms]
+        expr += " |~ " + _logql_string("(?i)" + "|".join(alternatives))
+    return expr
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _ns(ts: datetime) -> str:
+    delta = ts.astimezone(UTC) - _EPOCH
+    return str((delta.days * 86400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000)
+
+
+class LokiClient:
+    """`query_range` and `/ready` on one Loki target; errors mapped to BackendUnavailable / BackendQueryError."""
+
+    def __init__(self, target: LokiTarget, *, environ: Mapping[str, str]) -> None:
+        self.target = target
+        secret = secret_of(target, environ)
+        try:
+            parts = urlsplit(target.url)
+            host = parts.hostname or ""
+            netloc = host + (f":{parts.port}" if parts.port else "")
+        except ValueError as exc:
+            raise ConfigError(f"targets: {target.name}: url: not a valid URL ({exc})") from None
+        self._base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+        self.shown = self._base
+        self._headers: dict[str, str] = {"Accept": "application/json"}
+        self._auth: tuple[str, str] | None = None
+        if parts.username is not None:
+            self._auth = (unquote(parts.username), secret if secret is not None else unquote(parts.password or ""))
+        elif secret is not None:
+            self._headers["Authorization"] = f"Bearer {secret}"
+        if target.tenant:
+            self._headers["X-Scope-OrgID"] = target.tenant
+        self._client: httpx.Client | None = None
+        self._lock = threading.Lock()  # calls may run in parallel threads; one client is shared
+
+    def _get(self, path: str, params: Mapping[str, str] | None = None) -> tuple[int, bytes]:
+        t = self.target
+        with self._lock:
+            if self._client is None:
+                self._client = httpx.Client(timeout=t.timeout_s, headers=self._headers, auth=self._auth, follow_redirects=False)
+            client = self._client
+        body = bytearray()
+        deadline = time.monotonic() + 2 * t.timeout_s  # httpx's timeout is per read; a dripping server is bounded too
+        try:
+            with client.stream("GET", self._base + path, params=params) as response:
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if time.monotonic() > deadline:
+                        raise httpx.ReadTimeout("the answer took too long")
+                    if len(body) > t.max_bytes:
+                        raise BackendQueryError(f"loki {t.name} ({self.shown}): the answer is larger than max_bytes={t.max_bytes}")
+                status = response.status_code
+        except httpx.TimeoutException as exc:
+            raise BackendUnavailable(f"loki {t.name} ({self.shown}): timed out after {t.timeout_s}s") from exc
+        except httpx.UnsupportedProtocol as exc:
+            raise BackendQueryError(f"loki {t.name} ({self.shown}): not an http(s) URL") from exc
+        except (httpx.TransportError, OSError) as exc:
+            raise BackendUnavailable(f"loki {t.name} ({self.shown}): unreachable ({type(exc).__name__})") from exc
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
+            raise BackendQueryError(f"loki {t.name} ({self.shown}): {type(exc).__name__}") from exc
+        if status in (401, 403):
+            raise BackendUnavailable(f"loki {t.name} ({self.shown}): authentication failed (HTTP {status})")
+        if status == 429 or status >= 500:
+            raise BackendUnavailable(f"loki {t.name} ({self.shown}): HTTP {status}")
+        if status != 200:
+            snippet = body[:300].decode("utf-8", errors="replace").strip()
+            raise BackendQueryError(f"loki {t.name} ({self.shown}): HTTP {status}: {snippet}")
+        return status, bytes(body)
+
+    def ready(self) -> None:
+        """Raise unless `/ready` answers 200."""
+        self._get("/ready")
+
+    def query_range(self, logql: str, window: TimeWindow) -> tuple[list[LokiLine], int]:
+        """Lines of `logql` in `window`, newest first, and the bytes read."""
+        params = {
+            "query": logql,
+            "start": _ns(window.start),
+            "end": _ns(window.end),
+            "limit": str(LOKI_LIMIT),
+            "direction": "backward",
+        }
+        _, body = self._get("/loki/api/v1/query_range", params)
+        try:
+            data: Any = json.loads(body)
+            streams = data["data"]["result"]
+            if data.get("status") != "success" or data["data"].get("resultType") != "streams":
+                raise ValueError("not a streams answer")
+            lines = [
+                LokiLine(ts=_EPOCH + timedelta(microseconds=int(ns) // 1000), line=str(text), labels={str(k): str(v) for k, v in (s.get("stream") or {}).items()})
+                for s in streams
+                for ns, text, *_ in s["values"]
+            ]
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError, OSError) as exc:
+            raise BackendQueryError(f"loki {self.target.name} ({self.shown}): unexpected answer to query_range ({exc})") from exc
+        return lines, len(body)
+
+    def close(self) -> None:
+        """Close the HTTP client; idempotent."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
