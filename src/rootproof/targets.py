@@ -310,7 +310,7 @@ def _field(loc: tuple[int | str, ...], data: object) -> str:
     out = ""
     node = data
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) and not isinstance(node, dict):  # a list index (a dict's int key is a key)
             out += f"[{part}]"
             name = node[part].get("name") if isinstance(node, list) and part < len(node) and isinstance(node[part], dict) else None
             if isinstance(name, str):
