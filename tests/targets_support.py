@@ -28,6 +28,8 @@ from rootproof.targets import (
 
 CLOSED: list[str] = []
 """Names of the backends closed so far, in order (each test clears it)."""
+CLOSED_AFTER_HANGING: list[str] = []
+"""Names of HangingBackends closed (by their own thread, once the server let their check return)."""
 
 DRIVER = (
     "import sys, targets_support, rootproof.targets_check as c\n"
@@ -103,6 +105,9 @@ class HangingBackend(TcpBackend):
         with socket.create_connection(self.address, timeout=60) as s:
             s.recv(1)
         return TargetCheck(name=self.target.name, kind=self.target.kind, usable=True)
+
+    def close(self) -> None:
+        CLOSED_AFTER_HANGING.append(self.target.name)
 
 
 class LeakyBackend(TcpBackend):

@@ -10,6 +10,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal, get_args, get_origin
@@ -245,7 +246,8 @@ def test_check_targets_reports_each_target_and_closes_every_backend(tmp_path: Pa
     assert [(c.name, c.kind, c.usable) for c in checks] == [("up-db", "postgres", True), ("down-cache", "redis", False), ("app", "logs", True)]
     assert checks[0].warnings == [f"the log {tmp_path}/missing.log is not readable"]
     assert checks[1].problem is not None and "cannot connect to 127.0.0.1" in checks[1].problem and "refused" in checks[1].problem
-    assert seen == ts.CLOSED == ["up-db", "down-cache", "app"]
+    assert seen == ["up-db", "down-cache", "app"]
+    assert sorted(ts.CLOSED) == sorted(seen)  # checked concurrently, each closed once
 
 
 def test_an_unset_password_env_is_a_not_usable_target_not_an_error(tmp_path: Path, listening: int) -> None:
@@ -274,7 +276,21 @@ def test_a_check_that_raises_or_hangs_is_not_usable(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(targets_check, "CHECK_SLACK_S", 0.5)
     (hung,) = check_targets(load_targets(path), {}, backends_factory=ts.factory_of(ts.HangingBackend))
     assert not hung.usable and hung.problem == "the check did not finish within 0.8 s"
-    assert ts.CLOSED == ["db"]  # a hung backend is not closed under its check
+    assert ts.CLOSED_AFTER_HANGING == []  # a hung backend is not closed under its check
+
+
+def test_targets_are_checked_concurrently_each_under_its_own_watchdog(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, listening: int
+) -> None:
+    monkeypatch.setattr(targets_check, "CHECK_SLACK_S", 0.5)
+    rows = "".join(f"  - {{name: db{i}, kind: postgres, dsn: 'postgresql://127.0.0.1:{listening}/db', timeout_s: 0.1}}\n" for i in range(6))
+    path = _file(tmp_path, "targets:\n" + rows)
+    started = time.monotonic()
+    checks = check_targets(load_targets(path), {}, backends_factory=ts.factory_of(ts.HangingBackend))
+    elapsed = time.monotonic() - started
+    assert [c.name for c in checks] == [f"db{i}" for i in range(6)]  # file order
+    assert all(c.problem == "the check did not finish within 0.8 s" for c in checks)
+    assert elapsed < 3.0, elapsed  # one after another would take 6 × 0.8 s
 
 
 def test_the_targets_password_never_reaches_a_check_result(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """`rootproof targets check FILE`: is every target of a targets file usable by a live run?
 
 `check_targets` builds each target's live backend on its own (one target cannot hide another's
-result), calls its `check()` under a watchdog, and closes it. A target whose backend cannot be
+result), calls its `check()` and closes it, several targets at a time, each under a watchdog. A target whose backend cannot be
 built (a driver module missing, an unset `password_env`) or whose check fails or hangs is a
 `TargetCheck` with `usable` false and the reason; nothing a target does makes it raise. Every
 text a check returns is redacted (and the target's own password, if it resolves, masked) before
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,17 +35,20 @@ from rootproof.targets import (
 )
 from rootproof.terminal import json_text_safe, terminal_safe
 
-__all__ = ["BackendsFactory", "CHECK_SLACK_S", "check_command", "check_targets", "check_timeout"]
+__all__ = ["BackendsFactory", "CHECK_SLACK_S", "CONCURRENT_CHECKS", "check_command", "check_targets", "check_timeout"]
 
 BackendsFactory = Callable[[TargetsFile, Mapping[str, str]], Sequence[tuple[str, Any]]]
 """What builds backends from a targets file (`open_live_backends`, or a test's own)."""
 
 CHECK_SLACK_S = 5.0
 """Seconds a check may take beyond three of its target's `timeout_s` before it counts as hung."""
+CONCURRENT_CHECKS = 8
+"""Targets checked at the same time (each on its own connection)."""
 
 
 def check_timeout(target: Target) -> float:
-    """How long `targets check` waits for one target's check: 3 × timeout_s + CHECK_SLACK_S."""
+    """How long `targets check` waits for one target (building its backend and its check):
+    3 × timeout_s + CHECK_SLACK_S."""
     return 3 * target.timeout_s + CHECK_SLACK_S
 
 
@@ -77,31 +81,6 @@ def _build_problem(target: Target, exc: Exception) -> str:
     return f"the {system} backend cannot be set up ({type(exc).__name__}: {exc})"
 
 
-def _run_check(backend: Any, target: Target) -> tuple[TargetCheck, bool]:
-    """`backend.check()` in a daemon thread, abandoned (NOT USABLE) when it outlasts check_timeout;
-    and whether it finished."""
-    box: list[TargetCheck | BaseException] = []
-
-    def work() -> None:
-        try:
-            box.append(backend.check())
-        except BaseException as exc:  # noqa: BLE001 - a check must never take the command down
-            box.append(exc)
-
-    limit = check_timeout(target)
-    thread = threading.Thread(target=work, name=f"targets-check-{target.name}", daemon=True)
-    thread.start()
-    thread.join(limit)
-    if not box:
-        return _not_usable(target, f"the check did not finish within {limit:g} s"), False
-    got = box[0]
-    if isinstance(got, BaseException):
-        return _not_usable(target, f"the check failed ({type(got).__name__}: {got})"), True
-    if not isinstance(got, TargetCheck):
-        return _not_usable(target, f"the check returned {type(got).__name__}, not a TargetCheck"), True
-    return got, True
-
-
 def _merge(target: Target, checks: Sequence[TargetCheck], notes: Sequence[str]) -> TargetCheck:
     """One target's result from its backends' checks (one, unless a factory built several)."""
     problems = [c.problem or "not usable" for c in checks if not c.usable]
@@ -116,6 +95,7 @@ def _merge(target: Target, checks: Sequence[TargetCheck], notes: Sequence[str]) 
 
 
 def _check_one(target: Target, environ: Mapping[str, str], factory: BackendsFactory) -> TargetCheck:
+    """Build the target's backend(s), check and close them; any failure is the result's problem."""
     try:
         backends = list(factory(TargetsFile(targets=[target]), environ))
     except Exception as exc:  # noqa: BLE001 - one target's problem is its TargetCheck
@@ -125,19 +105,50 @@ def _check_one(target: Target, environ: Mapping[str, str], factory: BackendsFact
     checks: list[TargetCheck] = []
     notes: list[str] = []
     for _, backend in backends:
-        if not hasattr(backend, "check"):
-            checks.append(_not_usable(target, "its backend has no check"))
-            finished = True
-        else:
-            check, finished = _run_check(backend, target)
-            checks.append(check)
-        if not finished:
-            continue  # a hung check still holds the backend; closing under it could hang as well
+        try:
+            got = backend.check() if hasattr(backend, "check") else None
+        except Exception as exc:  # noqa: BLE001 - a check must never take the command down
+            got = _not_usable(target, f"the check failed ({type(exc).__name__}: {exc})")
+        if not isinstance(got, TargetCheck):
+            got = _not_usable(target, "its backend has no check" if got is None else f"the check returned {type(got).__name__}")
+        checks.append(got)
         try:
             backend.close()
         except Exception as exc:  # noqa: BLE001 - noted; the check's result stands
             notes.append(f"closing the backend failed ({type(exc).__name__}: {exc})")
     return _merge(target, checks, notes)
+
+
+def _watched(
+    targets: Sequence[Target],
+    environ: Mapping[str, str],
+    factory: BackendsFactory,
+    progress: Callable[[Target], None] | None,
+) -> list[TargetCheck]:
+    """`_check_one` of each target in a daemon thread, CONCURRENT_CHECKS at a time; a target whose
+    thread outlasts check_timeout is NOT USABLE (its thread keeps its backend and closes it if the
+    check ever returns: nothing is closed under a running check)."""
+    results: dict[int, TargetCheck] = {}
+
+    def work(i: int, target: Target) -> None:
+        results[i] = _check_one(target, environ, factory)
+
+    out: list[TargetCheck] = []
+    for first in range(0, len(targets), CONCURRENT_CHECKS):
+        wave = list(enumerate(targets))[first : first + CONCURRENT_CHECKS]
+        if progress is not None:
+            for _, target in wave:
+                progress(target)
+        started = time.monotonic()
+        threads = [threading.Thread(target=work, args=(i, t), name=f"targets-check-{t.name}", daemon=True) for i, t in wave]
+        for thread in threads:
+            thread.start()
+        for (i, target), thread in zip(wave, threads, strict=True):
+            limit = check_timeout(target)
+            thread.join(max(0.0, started + limit - time.monotonic()))
+            done = results.get(i)
+            out.append(done if done is not None else _not_usable(target, f"the check did not finish within {limit:g} s"))
+    return out
 
 
 def check_targets(
@@ -150,13 +161,12 @@ def check_targets(
     """One TargetCheck per target, in file order; never raises for a target's problem.
 
     Each target's backend is built alone (`backends_factory` over a one-target file), checked and
-    closed. `progress` is told of each target before its check starts.
+    closed, CONCURRENT_CHECKS targets at a time, each within check_timeout. `progress` is told of
+    each target before its check starts (all of a batch at once).
     """
+    targets = list(loaded.file.targets)
     out: list[TargetCheck] = []
-    for target in loaded.file.targets:
-        if progress is not None:
-            progress(target)
-        check = _check_one(target, environ, backends_factory)
+    for target, check in zip(targets, _watched(targets, environ, backends_factory, progress), strict=True):
         secret = _secret(target, environ)
         out.append(
             check.model_copy(
