@@ -1,11 +1,11 @@
 """`rootproof targets check FILE`: is every target of a targets file usable by a live run?
 
 `check_targets` builds each target's live backend on its own (one target cannot hide another's
-result), calls its `check()` and closes it, several targets at a time, each under a watchdog. A target whose backend cannot be
-built (a driver module missing, an unset `password_env`) or whose check fails or hangs is a
-`TargetCheck` with `usable` false and the reason; nothing a target does makes it raise. Every
-text a check returns is redacted (and the target's own password, if it resolves, masked) before
-it is shown.
+result), calls its `check()` and closes it, several targets at a time, each under a watchdog. A
+target whose backend cannot be built (a driver module missing, an unset `password_env`) or whose
+check fails or hangs is a `TargetCheck` with `usable` false and the reason; nothing a target
+does makes it raise. Every text a check returns is redacted (and the target's own password, if
+it resolves, masked) before it is shown.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def check_timeout(target: Target) -> float:
 
 def _scrub(text: str, secret: str | None) -> str:
     """Text fit to show: the target's password (when known) and anything secret-like masked."""
-    if secret and len(secret) >= 3:
+    if secret and len(secret) >= 3:  # masking one or two characters everywhere would garble the text
         text = text.replace(secret, MASK)
     return redact(text)
 
