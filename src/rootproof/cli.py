@@ -470,6 +470,23 @@ def scenarios_validate(ref: Annotated[str | None, typer.Argument(help="A scenari
     err.print("all scenarios valid")
 
 
+targets_app = typer.Typer(help="Targets files: what a live run may look at.", no_args_is_help=True)
+app.add_typer(targets_app, name="targets")
+
+
+@targets_app.command("check")
+@guarded
+def targets_check(
+    file: Annotated[Path, typer.Argument(help="A targets file (YAML, or TOML by its .toml suffix).")], as_json: JsonOpt = False
+) -> None:
+    """Check every target: reachable, read-only, what is missing. Exit 0 all usable, 1 one is not, 2 bad file."""
+    from rootproof.targets_check import check_command
+
+    code = check_command(file, as_json=as_json, environ=os.environ)
+    if code:
+        raise typer.Exit(code)
+
+
 def _mount_eval() -> None:
     from rootproof.eval.ir import ir_command
     from rootproof.eval.retrieval import retrieval_command

@@ -1,0 +1,78 @@
+"""Reading a small configuration file (YAML, or TOML by its `.toml` suffix), bounded.
+
+Errors are ConfigError, one line naming the file: `FILE: problem` for the file as a whole
+(unreadable, a directory, too large, not UTF-8), `FILE: line N: problem` for its syntax. Syntax
+errors never quote the offending line (it may hold a secret).
+"""
+
+from __future__ import annotations
+
+import re
+import stat
+import tomllib
+from pathlib import Path
+
+from rootproof.errors import ConfigError
+
+__all__ = ["read_config_file"]
+
+
+def _read(path: Path, max_bytes: int, what: str) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`, read bounded."""
+    try:
+        st = path.stat()
+        if stat.S_ISDIR(st.st_mode):
+            raise ConfigError(f"{path}: is a directory, not {what}")
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{path}: not a regular file")
+        if st.st_size > max_bytes:
+            raise ConfigError(f"{path}: {st.st_size} bytes, more than the {max_bytes} bytes {what} may have")
+        with path.open("rb") as f:
+            raw = f.read(max_bytes + 1)  # it may have grown since stat
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > max_bytes:
+        raise ConfigError(f"{path}: more than the {max_bytes} bytes {what} may have")
+    return raw
+
+
+_TOML_AT = re.compile(r"\s*\(at line (\d+), column \d+\)$")
+
+
+def _parse(path: Path, text: str) -> object:
+    """YAML or TOML (by the `.toml` suffix) to plain data; errors name the line, never quote it."""
+    if path.suffix.lower() == ".toml":
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            msg = str(exc)
+            m = _TOML_AT.search(msg)
+            where = f"line {m.group(1)}: " if m else ""
+            raise ConfigError(f"{path}: {where}invalid TOML: {msg[: m.start()] if m else msg}") from None
+        except RecursionError:
+            raise ConfigError(f"{path}: invalid TOML: nested too deep") from None
+    import yaml
+
+    from rootproof.scenarios.yamlio import parse_yaml_values
+
+    try:
+        return parse_yaml_values(text, str(path))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise ConfigError(f"{path}: {where}invalid YAML: {exc.problem or exc.context or 'syntax error'}") from None
+    except yaml.YAMLError:
+        raise ConfigError(f"{path}: invalid YAML") from None
+
+
+def read_config_file(path: Path, max_bytes: int, *, what: str) -> tuple[bytes, object]:
+    """The file's bytes and its parsed data (`what` names the kind of file in messages).
+
+    YAML goes through the scenario reader's refusals (anchors, aliases, merge keys, deep nesting).
+    """
+    raw = _read(path, max_bytes, what)
+    try:
+        text = raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    return raw, _parse(path, text)
