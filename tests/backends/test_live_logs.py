@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from pydantic import ValidationError
 
 from rootproof.backends.live.logparse import LineParser, normalise_level, parse_logfmt, parse_time
 from rootproof.backends.live.logs import LogsBackend
@@ -133,8 +134,8 @@ def test_unreadable_files_and_bad_patterns(tmp_path: Path) -> None:
     (tmp_path / "dir.log").mkdir()  # matches the glob but cannot be read as a file… is not a file: skipped
     target = LogsTarget(kind="logs", name="app", paths=[str(tmp_path / "*.log")], service="api")
     assert _call(LogsBackend([target], environ={}))[0]["entries"] == []
-    with pytest.raises(ConfigError, match="pattern"):
-        LogsBackend([LogsTarget(kind="logs", name="t", paths=["x"], format="regex", pattern="(", service="s")], environ={})
+    with pytest.raises(ValidationError, match="pattern"):  # the targets file refuses it before any backend exists
+        LogsTarget(kind="logs", name="t", paths=["x"], format="regex", pattern="(", service="s")
     with pytest.raises(ConfigError, match="named group for the time"):
         LogsBackend([LogsTarget(kind="logs", name="t", paths=["x"], format="regex", pattern="(?P<message>.*)", service="s")], environ={})
     text = tmp_path / "plain.log"

@@ -114,7 +114,7 @@ def test_status_refused_or_silent_is_unavailable() -> None:
         listener.bind(("127.0.0.1", 0))
         listener.listen(4)
         url = f"http://user:s3cret@127.0.0.1:{listener.getsockname()[1]}/nginx_status"
-        silent = NginxBackend(NginxTarget(kind="nginx", name="edge", status_url=url, timeout_s=0.3), environ={})
+        silent = NginxBackend(NginxTarget.model_construct(kind="nginx", name="edge", status_url=url, timeout_s=0.3), environ={})  # built in code, past the file's checks: the backend still masks it
         with pytest.raises(BackendUnavailable, match="timed out") as info:
             _call(silent, kind="status")
         assert "s3cret" not in str(info.value) and "user" not in str(info.value)
@@ -209,7 +209,7 @@ def test_a_dripping_status_server_is_cut_off() -> None:
 
 
 def test_a_status_url_that_is_not_http_is_a_query_error() -> None:
-    backend = NginxBackend(NginxTarget(kind="nginx", name="edge", status_url="ftp://127.0.0.1/status"), environ={})
+    backend = NginxBackend(NginxTarget.model_construct(kind="nginx", name="edge", status_url="ftp://127.0.0.1/status"), environ={})  # past the file's checks
     with pytest.raises(BackendQueryError, match="not an http"):
         _call(backend, kind="status")
     assert backend.check().usable is False

@@ -223,7 +223,8 @@ def test_secrets_stay_out_of_messages(tmp_path: Any) -> None:
     port = free_port()
     with pytest.raises(ConfigError, match="PROM_TOKEN is not set"):
         PrometheusBackend(_target(f"http://127.0.0.1:{port}", password_env="PROM_TOKEN"), environ={})
-    b = PrometheusBackend(_target(f"http://u:hunter2@127.0.0.1:{port}", password_env="PROM_TOKEN"), environ={"PROM_TOKEN": "s3cret-token"})
+    target = PrometheusTarget.model_construct(kind="prometheus", name="prom", url=f"http://u:hunter2@127.0.0.1:{port}", password_env="PROM_TOKEN")  # built in code, past the file's checks: the backend still masks it
+    b = PrometheusBackend(target, environ={"PROM_TOKEN": "s3cret-token"})
     with pytest.raises(BackendUnavailable) as info:
         _call(b, metric="pg_up")
     assert "hunter2" not in str(info.value) and "s3cret-token" not in str(info.value)

@@ -141,7 +141,7 @@ def test_a_unix_socket_url_is_read_the_same_way() -> None:
 def test_a_dead_target_is_unavailable_and_check_says_unreachable() -> None:
     port = free_port()
     started = time.perf_counter()
-    backend = RedisBackend(_target(url=f"redis://:inline-secret@127.0.0.1:{port}/0", timeout_s=1), environ={})
+    backend = RedisBackend(RedisTarget.model_construct(name="cache", kind="redis", url=f"redis://:inline-secret@127.0.0.1:{port}/0", timeout_s=1), environ={})  # built in code, past the file's checks: the backend still masks it
     with pytest.raises(BackendUnavailable, match="unreachable") as err:
         _call(backend, "info")
     check = backend.check()
@@ -170,7 +170,7 @@ def test_a_server_that_never_answers_times_out_within_timeout_s() -> None:
 
 def test_a_bad_url_or_secret_reference_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="cache: url"):
-        RedisBackend(_target(url="http://127.0.0.1:6379"), environ={})
+        RedisBackend(RedisTarget.model_construct(name="cache", kind="redis", url="http://127.0.0.1:6379"), environ={})  # past the file's checks
     with pytest.raises(ConfigError, match="RP_NO_SUCH_VARIABLE"):
         RedisBackend(_target(password_env="RP_NO_SUCH_VARIABLE"), environ={})
 
