@@ -39,7 +39,7 @@ def run(n: int, sink: TraceSink | None) -> list[float]:
     ctx = RunContext(session_id="bench", scope=ToolScope(allowed_tools=frozenset({"query_logs"})), budget=budget, clock=NOW)
     ctx.advance(RunState.RUNNING)
     ctx.progress.begin_step()
-    b = ToolBoundary(ctx, backends={"runtime": NoOp()}, store=InMemoryCanonicalStore(), sink=sink, breaker=CircuitBreaker())
+    b = ToolBoundary(ctx, backends={"*": NoOp()}, store=InMemoryCanonicalStore(), sink=sink, breaker=CircuitBreaker())
     for i in range(n):
         req = ToolCallRequest(name="query_logs", arguments={"query": f"t{i}"}, step_index=0)
         t0 = time.perf_counter()
