@@ -115,7 +115,7 @@ def test_the_boundary_routes_a_call_to_its_target_and_refuses_a_missing_one() ->
     out = call(bd, "inspect_postgres", kind="activity", target="billing-db")
     assert out.invocation.status == "READY" and out.invocation.data_source == "live:billing-db"
     assert (a.calls, b.calls) == (0, 1)
-    assert out.invocation.arguments["target"] == "billing-db"
+    assert out.invocation.arguments == {"kind": "activity", "target": "billing-db", "query": "", "since": "30m", "limit": 50, "offset": 0}
     missing = call(bd, "inspect_postgres", kind="activity")
     assert missing.invocation.refusal_code == "INVALID_ARGUMENTS" and "target" in str(missing.invocation.message)
     other = call(bd, "inspect_postgres", kind="activity", target="orders-db")  # another target is another scope

@@ -250,7 +250,8 @@ class BackendResult:
     """What a backend returns: the canonical result and where each part came from."""
 
     result: ToolResult | dict[str, Any]
-    """The whole result: a typed shape of `tools.results` (or, for now, its plain JSON)."""
+    """The whole result: a typed shape of `tools.results` (every backend of the package
+    returns one); plain JSON data is accepted too (test doubles, user backends)."""
     data_source: str
     """Default data source of every ref."""
     ref_sources: dict[str, str] = field(default_factory=dict)
