@@ -55,13 +55,42 @@ def test_rootproof_targets_is_the_default_unless_a_scenario_is_given(tmp_path: P
     assert json.loads(p.stdout)["invocation"]["data_source"] == "snapshot"
 
 
-def test_diagnose_against_a_dead_postgres_is_recorded_with_only_that_backend_failing(tmp_path: Path) -> None:
-    pytest.importorskip("rootproof.backends.live.postgres")
+def _dead_postgres(tmp_path: Path) -> Path:
     targets = tmp_path / "rootproof.targets.yaml"
     targets.write_text(
         f'targets:\n  - {{name: orders-db, kind: postgres, dsn: "postgresql://app@127.0.0.1:{_closed_port()}/orders", timeout_s: 1}}\n',
         encoding="utf-8",
     )
+    return targets
+
+
+def test_a_dead_postgres_pauses_its_breaker_after_three_failures(tmp_path: Path) -> None:
+    pytest.importorskip("rootproof.backends.live.postgres")
+    from rootproof.agent.models.scripted import ScriptedModel, ScriptedStep
+    from rootproof.harness import memory_harness
+    from rootproof.settings import load_settings
+    from rootproof.targets import load_targets
+
+    loaded = load_targets(_dead_postgres(tmp_path))
+    h = memory_harness(load_settings(data_dir=tmp_path / "home", deadline_s=60))
+    sink = h.sink
+    kinds = ("activity", "locks", "settings", "database_stats")
+    steps = [ScriptedStep(calls=[("inspect_postgres", {"kind": k}), ("lookup_knowledge", {"query": f"postgres {k}"})]) for k in kinds]
+    model = ScriptedModel([*steps, ScriptedStep(draft={"summary": "x", "root_cause": None, "claims": []})])
+    try:
+        out = h.diagnose("Why do order confirmations time out?", targets=loaded, model=model)
+    finally:
+        h.runtime.close()
+    postgres = [o.invocation for o in out.outcomes if o.invocation.tool_name == "inspect_postgres"]
+    assert [i.refusal_code for i in postgres] == ["BACKEND_ERROR"] * 3 + ["CIRCUIT_OPEN"]
+    assert "orders-db" in str(postgres[0].message) and "The postgres:orders-db backend failed repeatedly" in str(postgres[3].message)
+    assert all(o.invocation.status == "READY" for o in out.outcomes if o.invocation.tool_name == "lookup_knowledge")
+    assert sink.runs[out.run_id].targets_checksum == loaded.checksum  # type: ignore[attr-defined]
+
+
+def test_diagnose_against_a_dead_postgres_is_recorded_with_only_that_backend_failing(tmp_path: Path) -> None:
+    pytest.importorskip("rootproof.backends.live.postgres")
+    targets = _dead_postgres(tmp_path)
     p = rp("diagnose", "Why do order confirmations time out?", "--targets", str(targets), "--json", home=tmp_path)
     assert p.returncode == 0, p.stderr
     run_id = json.loads(p.stdout)["run_id"]
@@ -70,7 +99,9 @@ def test_diagnose_against_a_dead_postgres_is_recorded_with_only_that_backend_fai
     trace = json.loads(t.stdout)
     assert trace["run"]["status"] == "SUCCESS" and trace["run"]["targets_checksum"].startswith("sha256:")
     postgres = [i for i in trace["invocations"] if i["tool_name"] == "inspect_postgres"]
-    assert postgres and {i["refusal_code"] for i in postgres} <= {"BACKEND_ERROR", "CIRCUIT_OPEN"}
+    codes = [i["refusal_code"] for i in postgres]
+    assert "BACKEND_ERROR" in codes and set(codes) <= {"BACKEND_ERROR", "CIRCUIT_OPEN", "SCOPE_SATURATED"}, codes  # never READY
+    assert all(i["status"] == "FAILED" for i in postgres if i["refusal_code"] == "BACKEND_ERROR")
     others = [i for i in trace["invocations"] if i["tool_name"] != "inspect_postgres"]
     assert all(i["refusal_code"] not in ("BACKEND_ERROR", "CIRCUIT_OPEN") for i in others)
     assert {i["tool_name"] for i in trace["invocations"]} <= {"inspect_postgres", "lookup_knowledge"}
