@@ -11,6 +11,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ NOW = datetime(2026, 7, 22, 17, 41, tzinfo=UTC)
 class NoOp:
     """Returns one log entry, instantly."""
 
+    def close(self) -> None:
+        """Nothing to release."""
+
     def call(self, tool: str, args: BaseModel, *, now: datetime, run_id: str) -> BackendResult:
         entry = {"ts": "2026-07-22T17:40:00.000Z", "level": "INFO", "service": "api", "scope": "APPLICATION", "source": "api.log", "message": "ok"}
         return BackendResult(result={"window": {}, "total_matches": 1, "entries": [entry]}, data_source="snapshot")
@@ -39,12 +43,14 @@ def run(n: int, sink: TraceSink | None) -> list[float]:
     ctx = RunContext(session_id="bench", scope=ToolScope(allowed_tools=frozenset({"query_logs"})), budget=budget, clock=NOW)
     ctx.advance(RunState.RUNNING)
     ctx.progress.begin_step()
-    b = ToolBoundary(ctx, backends={"runtime": NoOp()}, store=InMemoryCanonicalStore(), sink=sink, breaker=CircuitBreaker())
-    for i in range(n):
-        req = ToolCallRequest(name="query_logs", arguments={"query": f"t{i}"}, step_index=0)
-        t0 = time.perf_counter()
-        b.call(req)
-        per.append(time.perf_counter() - t0)
+    # the tool pool a Runtime would own
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="backend") as pool:
+        b = ToolBoundary(ctx, backends={"*": NoOp()}, store=InMemoryCanonicalStore(), sink=sink, breaker=CircuitBreaker(), pool=pool)
+        for i in range(n):
+            req = ToolCallRequest(name="query_logs", arguments={"query": f"t{i}"}, step_index=0)
+            t0 = time.perf_counter()
+            b.call(req)
+            per.append(time.perf_counter() - t0)
     return per
 
 

@@ -15,6 +15,7 @@ from rootproof.alerts import AlertPayload, load_alert_file, parse_alert
 from rootproof.harness import Harness
 from rootproof.run.context import RunBudget, RunContext, ToolScope
 from rootproof.run.records import MemoryTraceSink
+from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_ground_truth, load_scenario, scenario_folder
 from rootproof.settings import load_settings
 from test_cli import ROOT, rp
@@ -30,7 +31,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
-    return Harness(load_settings(data_dir=tmp_path_factory.mktemp("h"), deadline_s=60), sink=MemoryTraceSink())
+    return Harness(Runtime.from_settings(load_settings(data_dir=tmp_path_factory.mktemp("h"), deadline_s=60), sink=MemoryTraceSink()))
 
 
 def _two_alerts() -> AlertPayload:

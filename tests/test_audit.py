@@ -8,6 +8,7 @@ from pathlib import Path
 from rootproof.audit import audit_run
 from rootproof.harness import Harness
 from rootproof.run.records import MemoryTraceSink
+from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_scenario
 from rootproof.settings import load_settings
 from rootproof.store import SqlTraceStore
@@ -15,7 +16,7 @@ from rootproof.store import SqlTraceStore
 
 def test_published_run_audits_clean_and_tampering_is_found(tmp_path: Path) -> None:
     store = SqlTraceStore(f"sqlite:///{tmp_path / 't.db'}")
-    h = Harness(load_settings(data_dir=tmp_path), sink=store)
+    h = Harness(Runtime.from_settings(load_settings(data_dir=tmp_path), sink=store))
     sc = load_scenario("pg-row-lock")
     out = h.diagnose(sc.question, scenario=sc)
     assert out.release_outcome == "PUBLISHED"
@@ -36,7 +37,7 @@ def test_published_run_audits_clean_and_tampering_is_found(tmp_path: Path) -> No
 
 def test_fallback_runs_have_nothing_to_audit(tmp_path: Path) -> None:
     sink = MemoryTraceSink()
-    h = Harness(load_settings(data_dir=tmp_path), sink=sink)
+    h = Harness(Runtime.from_settings(load_settings(data_dir=tmp_path), sink=sink))
     out = h.diagnose("支付接口最近出现超时", scenario=load_scenario("payment-timeout"))
     finding = audit_run(sink.trace(out.run_id))
     assert finding.ok and finding.release_outcome == "FALLBACK" and finding.checked_citations == 0

@@ -56,7 +56,7 @@ def make(backend: Any = None, *, budget: RunBudget | None = None, allowed: set[s
     ctx.advance(RunState.RUNNING)
     ctx.progress.begin_step()
     store, sink = InMemoryCanonicalStore(), MemoryTraceSink()
-    b = ToolBoundary(ctx, backends={"runtime": backend or FakeLogs()}, store=store, sink=sink, breaker=breaker or CircuitBreaker())
+    b = ToolBoundary(ctx, backends={"*": backend or FakeLogs()}, store=store, sink=sink, breaker=breaker or CircuitBreaker())
     return b, ctx, store, sink
 
 

@@ -18,6 +18,7 @@ from rootproof.errors import AlertError, CardError, ScenarioError
 from rootproof.harness import Harness
 from rootproof.kb.cards import load_cards, parse_card
 from rootproof.run.records import MemoryTraceSink
+from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_scenario, scenario_folder, validate_scenario
 from rootproof.scenarios.yamlio import parse_yaml
 from rootproof.settings import Settings, load_settings
@@ -179,9 +180,9 @@ def test_alert_yaml_with_aliases_is_refused(tmp_path: Path) -> None:
 
 def test_a_run_keeps_a_clipped_question_and_few_related_alerts(tmp_path: Path) -> None:
     sink = MemoryTraceSink()
-    h = Harness(
+    h = Harness(Runtime.from_settings(
         load_settings(data_dir=tmp_path, max_question_chars=1000, max_stored_related_alerts=5), sink=sink
-    )
+    ))
     scenario = load_scenario("pg-row-lock")
     out = h.diagnose(
         "why is confirm slow? " + "details " * 20_000, scenario=scenario, alert=_webhook("p95 30s", 40)

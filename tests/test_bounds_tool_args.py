@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from rootproof.boundary.store import InvocationStatus
 from rootproof.harness import Harness
+from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_scenario
 from rootproof.scenarios.types import Scenario
 from rootproof.settings import load_settings
@@ -134,7 +135,7 @@ def arguments(tool: str) -> st.SearchStrategy[dict[str, Any] | str]:
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
     home = tmp_path_factory.mktemp("home")
     store = SqlTraceStore(f"sqlite:///{home / 'trace.db'}")
-    yield Harness(load_settings(data_dir=home, deadline_s=60), sink=store)
+    yield Harness(Runtime.from_settings(load_settings(data_dir=home, deadline_s=60), sink=store))
     store.close()
 
 

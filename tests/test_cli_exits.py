@@ -23,6 +23,7 @@ import pytest
 from models.fake_openai_server import completion, serve
 from rootproof.harness import Harness
 from rootproof.run.records import RunRecord
+from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_scenario
 from rootproof.settings import load_settings
 from rootproof.store import SqlTraceStore
@@ -128,7 +129,7 @@ def recorded(tmp_path: Path) -> tuple[Path, str]:
     """A SQLite store holding one finished run and one orphan; returns (file, run id)."""
     db = tmp_path / "store" / "rootproof.db"
     store = SqlTraceStore(f"sqlite:///{db}")
-    h = Harness(load_settings(data_dir=tmp_path / "home"), sink=store)
+    h = Harness(Runtime.from_settings(load_settings(data_dir=tmp_path / "home"), sink=store))
     sc = load_scenario("pg-row-lock")
     out = h.diagnose(sc.question, scenario=sc)
     store.save_run(
@@ -174,7 +175,7 @@ def test_an_unwritable_store_is_opened_read_only_and_not_swept(
     before = _digest(db.parent)
     # As a user without write permission sees it (the tests may run as root, who can write anywhere).
     monkeypatch.setattr(os, "access", lambda path, mode: mode != os.W_OK)
-    h = Harness(load_settings(data_dir=db.parent, database_url=f"sqlite:///{db}"))
+    h = Harness(Runtime.from_settings(load_settings(data_dir=db.parent, database_url=f"sqlite:///{db}")))
     reader = h.reader()
     assert isinstance(reader, SqlTraceStore) and reader.read_only
     trace = reader.trace(run_id)

@@ -109,7 +109,7 @@ def _ref_texts(folder: Path, tool: str, args: dict[str, Any]) -> dict[str, str]:
     result = SnapshotBackend(scenario).call(
         tool, TOOLS[tool].args_model(**args), now=scenario.now, run_id="docs"
     )
-    return {p: ref_text(tool, result.result, p) for p in ref_paths_with_sources(result)}
+    return {p: ref_text(tool, result.json(), p) for p in ref_paths_with_sources(result)}
 
 
 def _table_cell(section: str, kind: str, column: int) -> str:

@@ -22,6 +22,7 @@ from rootproof.eval.scoring import (
 )
 from rootproof.harness import Harness
 from rootproof.run.records import MemoryTraceSink
+from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_ground_truth, load_scenario
 from rootproof.settings import Settings
 
@@ -29,7 +30,7 @@ from rootproof.settings import Settings
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
     home = tmp_path_factory.mktemp("home")
-    return Harness(Settings(data_dir=Path(home)), sink=MemoryTraceSink())
+    return Harness(Runtime.from_settings(Settings(data_dir=Path(home)), sink=MemoryTraceSink()))
 
 
 def _refs(harness: Harness, sid: str, calls: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, str, str]]:

@@ -17,6 +17,7 @@ from rootproof.agent.models.base import ModelRequest
 from rootproof.agent.models.scripted import ScriptedModel, ScriptedStep
 from rootproof.harness import Harness
 from rootproof.run.records import MemoryTraceSink
+from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_scenario
 from rootproof.settings import load_settings
 
@@ -43,7 +44,7 @@ def _pool_timeout_draft(requests: list[ModelRequest]) -> dict[str, Any]:
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Harness:
-    return Harness(load_settings(data_dir=tmp_path, deadline_s=60), sink=MemoryTraceSink())
+    return Harness(Runtime.from_settings(load_settings(data_dir=tmp_path, deadline_s=60), sink=MemoryTraceSink()))
 
 
 def test_a_shared_symptom_is_withheld_when_the_agent_never_looked_knowledge_up(harness: Harness) -> None:

@@ -14,6 +14,7 @@ from rootproof.guard.rules import load_rule_set, rule_set, rules_for
 from rootproof.guard.semantic import GuardCode, LlmCode, OfflineCode
 from rootproof.harness import Harness
 from rootproof.run.records import MemoryTraceSink
+from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_scenario
 from rootproof.settings import load_settings
 
@@ -70,7 +71,7 @@ def test_unknown_codes_and_duplicate_ids_are_refused(tmp_path: Path) -> None:
 
 
 def test_changing_a_rule_changes_the_version_in_every_new_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    h = Harness(load_settings(data_dir=tmp_path / "home"), sink=MemoryTraceSink())
+    h = Harness(Runtime.from_settings(load_settings(data_dir=tmp_path / "home"), sink=MemoryTraceSink()))
     sc = load_scenario("pg-row-lock")
 
     def versions() -> tuple[str, str]:
@@ -94,7 +95,7 @@ def test_changing_a_rule_changes_the_version_in_every_new_trace(tmp_path: Path, 
 
 def test_a_broken_rules_file_fails_the_run_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rules, "RULES_FILE", _edited(tmp_path, lambda d: d["semantic_guard"]["offline"].pop(0)))
-    h = Harness(load_settings(data_dir=tmp_path / "home"), sink=MemoryTraceSink())
+    h = Harness(Runtime.from_settings(load_settings(data_dir=tmp_path / "home"), sink=MemoryTraceSink()))
     sc = load_scenario("pg-row-lock")
     out = h.diagnose(sc.question, scenario=sc)
     assert out.release_outcome == "FALLBACK" and out.content is not None and out.content["content_type"] == "SAFE_FALLBACK"
@@ -103,7 +104,7 @@ def test_a_broken_rules_file_fails_the_run_closed(tmp_path: Path, monkeypatch: p
 def test_every_trace_names_the_rule_set_even_when_the_guards_never_ran(tmp_path: Path) -> None:
     from rootproof.agent.models.scripted import ScriptedModel, ScriptedStep
 
-    h = Harness(load_settings(data_dir=tmp_path / "home"), sink=MemoryTraceSink())
+    h = Harness(Runtime.from_settings(load_settings(data_dir=tmp_path / "home"), sink=MemoryTraceSink()))
     sc = load_scenario("pg-row-lock")
     model = ScriptedModel([ScriptedStep(calls=[("query_logs", {"query": "ShareLock"})]), ScriptedStep(draft="nope"), ScriptedStep(draft="nope")])
     out = h.diagnose(sc.question, scenario=sc, model=model)

@@ -19,6 +19,7 @@ from rootproof.boundary.safety import redact, redact_value
 from rootproof.errors import AlertError, ConfigError
 from rootproof.harness import Harness
 from rootproof.run.records import MemoryTraceSink
+from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_scenario
 from rootproof.settings import load_settings
 from test_cli_exits import _one_error_line as _exit_2
@@ -149,9 +150,9 @@ def test_tool_call_args_with_a_huge_number(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
-    return Harness(
+    return Harness(Runtime.from_settings(
         load_settings(data_dir=tmp_path_factory.mktemp("home"), deadline_s=30), sink=MemoryTraceSink()
-    )
+    ))
 
 
 @pytest.mark.parametrize(
@@ -215,7 +216,7 @@ def test_hostile_model_server_answers_are_no_internal_error(tmp_path: Path, repl
             openai_base_url=fake.base_url,
             openai_provider="vllm",
         )
-        out = Harness(settings, sink=MemoryTraceSink()).diagnose(sc.question, scenario=sc)
+        out = Harness(Runtime.from_settings(settings, sink=MemoryTraceSink())).diagnose(sc.question, scenario=sc)
     assert out.status == "SUCCESS", (out.status, out.fallback_type, out.content)
     assert out.fallback_type != "INTERNAL_ERROR"
     doc: dict[str, Any] = json.loads(json.dumps(out.content))

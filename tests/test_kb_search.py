@@ -102,7 +102,7 @@ def test_backend_result_refs_and_tracker(kb: KnowledgeBase) -> None:
     args = LookupKnowledgeArgs(query="PostgreSQL still waiting for ShareLock", top_k=1)
     first = backend.call("lookup_knowledge", args, now=NOW, run_id="run-1")
     assert first.data_source == "knowledge" and first.evidence_status is None
-    res = first.result
+    res = first.json()
     assert res["query"] == args.query and res["results"][0]["card_id"] == "pg-lock-contention"
     assert enumerate_ref_paths(res) == ["$.results[0]"]
     item = res["results"][0]
@@ -118,23 +118,23 @@ def test_backend_result_refs_and_tracker(kb: KnowledgeBase) -> None:
         again = backend.call("lookup_knowledge", args, now=NOW, run_id="run-1")
         if again.evidence_status == "DEDUPLICATED":
             break
-        new = [r["card_id"] for r in again.result["results"]]
+        new = [r["card_id"] for r in again.json()["results"]]
         assert new and not set(new) & set(returned)
         returned += new
     assert again.evidence_status == "DEDUPLICATED"
-    assert again.result["results"] == [] and "already returned" in again.result["deduplicated"]
-    assert "no_evidence" not in again.result
+    assert again.json()["results"] == [] and "already returned" in again.json()["deduplicated"]
+    assert "no_evidence" not in again.json()
     # A new run gets the card again.
     fresh = backend.call("lookup_knowledge", args, now=NOW, run_id="run-2")
-    assert fresh.evidence_status is None and fresh.result["results"][0]["card_id"] == "pg-lock-contention"
+    assert fresh.evidence_status is None and fresh.json()["results"][0]["card_id"] == "pg-lock-contention"
 
 
 def test_backend_no_evidence(kb: KnowledgeBase) -> None:
     out = KnowledgeBackend(kb).call(
         "lookup_knowledge", LookupKnowledgeArgs(query="how do I bake bread"), now=NOW, run_id="r"
     )
-    assert out.result["results"] == [] and out.evidence_status is None
-    assert out.result["no_evidence"] == (
+    assert out.json()["results"] == [] and out.evidence_status is None
+    assert out.json()["no_evidence"] == (
         "lookup_knowledge found no card above the relevance floor for query 'how do I bake bread'"
     )
     assert out.details["relevance_level"] == "NO_EVIDENCE"

@@ -16,3 +16,37 @@ def test_core_imports_no_adapters() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+DRIVERS = ("psycopg", "psycopg_pool", "redis", "httpx")
+"""The drivers of live backends: imported only by `rootproof.backends.live.*`."""
+
+
+def test_core_and_runtime_import_no_driver() -> None:
+    code = (
+        "import sys\n"
+        "import rootproof.run, rootproof.boundary, rootproof.guard.evidence, rootproof.tools.base, rootproof.backends, "
+        "rootproof.backends.registry, rootproof.backends.live, rootproof.runtime, rootproof.harness, rootproof.driver, rootproof.targets\n"
+        f"bad = sorted(m for m in {DRIVERS!r} if m in sys.modules)\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_only_live_backend_modules_import_psycopg_or_redis() -> None:
+    import ast
+    from pathlib import Path
+
+    import rootproof
+
+    root = Path(rootproof.__file__).parent
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("backends/live/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{rel}: {n}" for n in names if n.split(".")[0] in ("psycopg", "psycopg_pool", "redis")]
+    assert offenders == []

@@ -12,6 +12,7 @@ from rootproof.agent.models.scripted import ScriptedModel, ScriptedStep
 from rootproof.harness import Harness
 from rootproof.run.context import RunCancellation
 from rootproof.run.records import MemoryTraceSink
+from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_scenario
 from rootproof.settings import load_settings
 
@@ -19,7 +20,7 @@ from rootproof.settings import load_settings
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
     home = tmp_path_factory.mktemp("home")
-    return Harness(load_settings(data_dir=home, deadline_s=30), sink=MemoryTraceSink())
+    return Harness(Runtime.from_settings(load_settings(data_dir=home, deadline_s=30), sink=MemoryTraceSink()))
 
 
 def _obs(requests: list[ModelRequest]) -> list[dict[str, Any]]:
@@ -71,7 +72,7 @@ def test_budget_exhaustion_falls_back(harness: Harness) -> None:
 
 
 def test_deadline(tmp_path: Any) -> None:
-    h = Harness(load_settings(data_dir=tmp_path, deadline_s=0.3), sink=MemoryTraceSink())
+    h = Harness(Runtime.from_settings(load_settings(data_dir=tmp_path, deadline_s=0.3), sink=MemoryTraceSink()))
     sc = load_scenario("pg-row-lock")
     model = ScriptedModel([ScriptedStep(calls=[("query_logs", {})], sleep_s=0.5), ScriptedStep(draft=_valid_draft)])
     out = h.diagnose(sc.question, scenario=sc, model=model)
@@ -129,7 +130,7 @@ def test_fabricated_citation_never_publishes(harness: Harness) -> None:
 
 def test_reasoning_audit_never_invented(harness: Harness) -> None:
     sink = MemoryTraceSink()
-    h = Harness(harness.settings, sink=sink, knowledge=harness._kb)
+    h = Harness(Runtime.from_settings(harness.settings, sink=sink, knowledge=harness.runtime.loaded_knowledge()))
     sc = load_scenario("pg-row-lock")
     model = ScriptedModel([ScriptedStep(calls=[("query_logs", {})], reasoning="thinking about locks"), ScriptedStep(draft=_valid_draft, text="here")])
     out = h.diagnose(sc.question, scenario=sc, model=model)

@@ -274,6 +274,7 @@ def test_the_offline_planner_diagnoses_with_a_users_namespaced_mechanism(
     """The run's taxonomy reaches the loop and the guard: the planner's draft is valid."""
     from rootproof.harness import Harness
     from rootproof.run.records import MemoryTraceSink
+    from rootproof.runtime import Runtime
     from rootproof.settings import load_settings
 
     folder = tmp_path / "ledger-run"
@@ -303,7 +304,7 @@ def test_the_offline_planner_diagnoses_with_a_users_namespaced_mechanism(
     ]
     (folder / "snapshot" / "tool_responses.yaml").write_text(yaml.safe_dump({"logs": logs}), encoding="utf-8")
     settings = load_settings(data_dir=tmp_path / "home", cards_dir=cards_dir, deadline_s=120)
-    harness = Harness(settings, sink=MemoryTraceSink())
+    harness = Harness(Runtime.from_settings(settings, sink=MemoryTraceSink()))
     out = harness.diagnose("", scenario=load_scenario(folder), model="offline")
     assert out.evidence is not None and "DRAFT_INVALID" not in out.evidence.codes, out.evidence.violations
     assert out.draft is not None and out.draft.root_cause is not None

@@ -9,15 +9,16 @@ import pytest
 
 from rootproof.harness import Harness
 from rootproof.run.records import MemoryTraceSink
+from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_scenario
 from rootproof.settings import load_settings
 
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
-    return Harness(
+    return Harness(Runtime.from_settings(
         load_settings(data_dir=tmp_path_factory.mktemp("h"), deadline_s=60), sink=MemoryTraceSink()
-    )
+    ))
 
 
 def test_a_view_cut_short_is_asked_again_for_what_the_signals_test(harness: Harness, tmp_path: Path) -> None:

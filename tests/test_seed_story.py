@@ -6,6 +6,7 @@ import pytest
 
 from rootproof.harness import Harness
 from rootproof.run.records import MemoryTraceSink
+from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_scenario
 from rootproof.settings import load_settings
 
@@ -25,7 +26,7 @@ SEED_FALLBACK = {
 @pytest.mark.parametrize("question", ["支付接口最近出现超时"])
 def test_payment_timeout_seed_story(tmp_path: object, question: str) -> None:
     sink = MemoryTraceSink()
-    h = Harness(load_settings(data_dir=tmp_path), sink=sink)
+    h = Harness(Runtime.from_settings(load_settings(data_dir=tmp_path), sink=sink))
     out = h.diagnose(question, scenario=load_scenario("payment-timeout"))
     # step 0 calls both tools; both READY / EVIDENCE_FOUND; the logs are mock
     first = [o.invocation for o in out.outcomes if o.invocation.step_index == 0]

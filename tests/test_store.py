@@ -108,7 +108,7 @@ def test_migrations_apply_from_empty_and_match_models(store_url: str) -> None:
         assert set(sa.inspect(engine).get_table_names()) == TABLES | {m.VERSION_TABLE}
         with engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"version_table": m.VERSION_TABLE})
-            assert context.get_current_revision() == "0002"
+            assert context.get_current_revision() == "0003"
             diff = compare_metadata(context, m.Base.metadata)
         assert diff == []
     finally:
@@ -142,6 +142,39 @@ def test_upgrade_from_0001_keeps_runs_and_adds_the_alert_column(store_url: str) 
             assert data is not None
             assert data["run"]["question"] == "支付接口超时" and data["run"]["tokens"] == 7
             assert data["run"]["alert"] is None
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_from_0002_keeps_runs_and_adds_the_targets_checksum(store_url: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    from rootproof.store.sql import SCRIPT_LOCATION
+
+    engine = sa.create_engine(store_url)
+    try:
+        cfg = Config()
+        cfg.set_main_option("script_location", SCRIPT_LOCATION)
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "0002")
+        assert "targets_checksum" not in {c["name"] for c in sa.inspect(engine).get_columns("diagnosis_run")}
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO chat_session (session_id, owner, created_at) VALUES ('s-old', 'cli', :t)"), {"t": _t()})
+            conn.execute(
+                sa.text(
+                    "INSERT INTO diagnosis_run (run_id, session_id, question, language, principal, lifecycle_state, tokens, started_at) "
+                    "VALUES ('r-old', 's-old', 'why', 'en', 'cli', 'COMPLETED', 3, :t)"
+                ),
+                {"t": _t()},
+            )
+        with SqlTraceStore(store_url) as store:  # upgrades to head on open
+            data = store.trace("r-old")
+            assert data is not None and data["run"]["targets_checksum"] is None
+            store.save_run(_run(run_id="r-live", session_id="s-old", targets_checksum="sha256:" + "ab" * 32))
+            live = store.trace("r-live")
+            assert live is not None and live["run"]["targets_checksum"] == "sha256:" + "ab" * 32
     finally:
         engine.dispose()
 

@@ -13,14 +13,16 @@ from typing import Any
 
 import pytest
 
+from rootproof.backends.registry import BackendRegistry
 from rootproof.boundary.boundary import CircuitBreaker
 from rootproof.boundary.store import CanonicalInvocation, InvocationStatus
 from rootproof.harness import Harness, memory_harness
 from rootproof.run.records import MemoryTraceSink
+from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_scenario
 from rootproof.scenarios.types import Scenario
 from rootproof.settings import load_settings
-from rootproof.tools.base import ToolBackend
+from rootproof.targets import LoadedTargets
 
 
 def _limitations(content: dict[str, Any] | None) -> list[str]:
@@ -52,15 +54,18 @@ class _SleepingBackend:
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
 
+    def close(self) -> None:
+        """Nothing to release."""
+
     def call(self, tool: str, args: Any, *, now: datetime, run_id: str) -> Any:
         time.sleep(self.seconds)
         raise AssertionError("never reached: the boundary timed the call out")
 
 
 class _SlowRuntimeHarness(Harness):
-    def backends(self, scenario: Scenario | None) -> dict[str, ToolBackend]:
-        out = super().backends(scenario)
-        out["runtime"] = _SleepingBackend(1.0)
+    def backends(self, scenario: Scenario | None, targets: LoadedTargets | None = None) -> BackendRegistry:
+        out = super().backends(scenario, targets)
+        out.mount("*", _SleepingBackend(1.0))
         return out
 
 
@@ -73,7 +78,7 @@ def test_every_runtime_call_timing_out_ends_insufficient_evidence(
 ) -> None:
     # its own breaker: the runtime circuit this test opens must not pause other tests' runs
     h = _SlowRuntimeHarness(
-        load_settings(tool_timeout_s=0.05), sink=MemoryTraceSink(), breaker=CircuitBreaker()
+        Runtime.from_settings(load_settings(tool_timeout_s=0.05), sink=MemoryTraceSink(), breakers=CircuitBreaker())
     )
     sc = load_scenario(scenario)
     out = h.diagnose("", scenario=sc) if language == "zh" else h.diagnose(sc.question, scenario=sc)

@@ -17,7 +17,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -29,6 +29,10 @@ from rootproof.run.context import RunCancellation
 from rootproof.run.records import EventRecord
 from rootproof.settings import load_settings
 from rootproof.terminal import json_text_safe, terminal_safe
+
+if TYPE_CHECKING:
+    from rootproof.harness import Harness
+    from rootproof.targets import LoadedTargets
 
 __all__ = ["app", "main"]
 
@@ -155,10 +159,28 @@ def emit_json(data: Any, target: Path | None = None) -> None:
         sys.stdout.write(text + "\n")
 
 
-def _harness() -> Any:
+@contextlib.contextmanager
+def _harness() -> Iterator[Harness]:
+    """A harness on this command's runtime (one per command), closed when the command ends."""
     from rootproof.harness import Harness
+    from rootproof.runtime import Runtime
 
-    return Harness(load_settings())
+    with Runtime.from_settings(load_settings(), environ=os.environ) as runtime:
+        yield Harness(runtime)
+
+
+def _targets(path: Path | None, scenario: str | None) -> LoadedTargets | None:
+    """The targets file of a live run: `--targets FILE`, else ROOTPROOF_TARGETS when no
+    `--scenario` is given; both `--targets` and `--scenario` is a usage error."""
+    if path is not None and scenario is not None:
+        raise UsageError("--targets and --scenario exclude each other: a run reads either live targets or a scenario")
+    if path is None and scenario is None:
+        path = load_settings().targets
+    if path is None:
+        return None
+    from rootproof.targets import load_targets
+
+    return load_targets(path)
 
 
 def _scenario(ref: str | None) -> Any:
@@ -218,11 +240,13 @@ def diagnose(
     scenario: Annotated[str | None, typer.Option("--scenario", help="Built-in scenario id or a scenario folder.")] = None,
     alert: Annotated[Path | None, typer.Option("--alert", help="An alert payload file (YAML or JSON).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="offline | openai")] = None,
+    targets: Annotated[Path | None, typer.Option("--targets", help="A targets file: diagnose the live systems it names (default ROOTPROOF_TARGETS).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Diagnose an incident; print the published report or the safe fallback."""
     if model is not None and model not in ("offline", "openai"):
         raise UsageError(f"--model: expected offline or openai (got {model!r})")
+    live = _targets(targets, scenario)
     sc = _scenario(scenario)
     from rootproof.alerts import load_alert_file
 
@@ -231,17 +255,22 @@ def diagnose(
     text = question if question else "" if alert is not None else sc.question if sc is not None else None
     if text is None:
         raise UsageError("no question: give QUESTION, --alert FILE or a --scenario with a question")
-    if sc is None:
+    if sc is None and live is None:
         from rootproof.agent.router import Route, offline_route
 
         if payload is not None or offline_route(text, incident_scope=False) is Route.DIAGNOSIS:
-            raise UsageError("diagnosis needs evidence: give --scenario ID|DIR (no live backend is configured)")
-    h = _harness()
+            raise UsageError("diagnosis needs evidence: give --scenario ID|DIR or --targets FILE (no live backend is configured)")
     cancellation = RunCancellation()
     # Without --alert, a scenario's own alert is the context (as in `eval snapshot`).
-    with cancel_on_signals(cancellation) as received:
+    with _harness() as h, cancel_on_signals(cancellation) as received:
         out = h.diagnose(
-            text, scenario=sc, alert=payload or (sc.alert if sc is not None else None), model=model, listeners=[_status_line], cancellation=cancellation
+            text,
+            scenario=sc,
+            targets=live,
+            alert=payload or (sc.alert if sc is not None else None),
+            model=model,
+            listeners=[_status_line],
+            cancellation=cancellation,
         )
     if out.status == "CANCELLED":
         if as_json:
@@ -264,17 +293,17 @@ def diagnose(
 @guarded
 def demo(as_json: JsonOpt = False) -> None:
     """Run a published diagnosis and the seed's payment-timeout fallback on the embedded default."""
-    h = _harness()
     results = []
-    for sid, q in (("pg-row-lock", None), ("payment-timeout", "支付接口最近出现超时")):
-        sc = _scenario(sid)
-        err.print(f"\n[bold]== scenario {sid}[/bold]")
-        out = h.diagnose(q or sc.question, scenario=sc, listeners=[] if as_json else [_status_line])
-        results.append({"scenario": sid, **out.public()})
-        if not as_json:
-            say(f"\n# {sid}: {q or sc.question}")
-            _print_content(out.content)
-            say(f"  status={out.status} release_outcome={out.release_outcome} run_id={out.run_id}")
+    with _harness() as h:
+        for sid, q in (("pg-row-lock", None), ("payment-timeout", "支付接口最近出现超时")):
+            sc = _scenario(sid)
+            err.print(f"\n[bold]== scenario {sid}[/bold]")
+            out = h.diagnose(q or sc.question, scenario=sc, listeners=[] if as_json else [_status_line])
+            results.append({"scenario": sid, **out.public()})
+            if not as_json:
+                say(f"\n# {sid}: {q or sc.question}")
+                _print_content(out.content)
+                say(f"  status={out.status} release_outcome={out.release_outcome} run_id={out.run_id}")
     if as_json:
         emit_json({"runs": results})
 
@@ -299,6 +328,7 @@ def tool_call(
     name: Annotated[str, typer.Argument(help="Tool name.")],
     scenario: Annotated[str | None, typer.Option("--scenario", help="Built-in scenario id or folder.")] = None,
     args: Annotated[str, typer.Option("--args", help="Arguments as a JSON object.")] = "{}",
+    targets: Annotated[Path | None, typer.Option("--targets", help="A targets file: call the live system it names (default ROOTPROOF_TARGETS).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run one call through the full boundary (a one-step run); print observation and invocation."""
@@ -314,11 +344,12 @@ def tool_call(
         raise UsageError("--args: not usable JSON (a number too long or nesting too deep)") from None
     if not isinstance(parsed, dict):
         raise UsageError("--args: expected a JSON object")
-    if TOOLS[name].backend == "runtime" and scenario is None:
-        raise UsageError(f"{name} needs --scenario ID|DIR (no live backend is configured)")
+    live = _targets(targets, scenario)
+    if TOOLS[name].backend != "knowledge" and scenario is None and live is None:
+        raise UsageError(f"{name} needs --scenario ID|DIR or --targets FILE (no live backend is configured)")
     sc = _scenario(scenario)
-    h = _harness()
-    outcome, ctx = h.tool_call(name, parsed, scenario=sc)
+    with _harness() as h:
+        outcome, ctx = h.tool_call(name, parsed, scenario=sc, targets=live)
     inv = outcome.invocation
     doc = {
         "run_id": ctx.run_id,
@@ -352,8 +383,8 @@ def tool_call(
 @guarded
 def trace(run_id: Annotated[str, typer.Argument(help="A run id.")], as_json: JsonOpt = False) -> None:
     """Show what a run did, what it cost, where it stopped and what the user received."""
-    h = _harness()
-    data = h.reader().trace(run_id)
+    with _harness() as h:
+        data = h.reader().trace(run_id)
     if data is None:
         raise UsageError(f"unknown run id {run_id!r}")
     if as_json:
@@ -400,15 +431,15 @@ def audit(
     """Re-verify published runs from the trace store, independently of the release path."""
     from rootproof.audit import audit_run
 
-    h = _harness()
-    store = h.reader()
-    ids = [run_id] if run_id else [r.run_id for r in store.list_runs(limit)]
     findings = []
-    for rid in ids:
-        data = store.trace(rid)
-        if data is None:
-            raise UsageError(f"unknown run id {rid!r}")
-        findings.append(audit_run(data))
+    with _harness() as h:
+        store = h.reader()
+        ids = [run_id] if run_id else [r.run_id for r in store.list_runs(limit)]
+        for rid in ids:
+            data = store.trace(rid)
+            if data is None:
+                raise UsageError(f"unknown run id {rid!r}")
+            findings.append(audit_run(data))
     published = [f for f in findings if f.release_outcome == "PUBLISHED"]
     doc = {"runs": len(findings), "published": len(published), "ok": all(f.ok for f in findings), "findings": [f.as_dict() for f in findings]}
     if as_json:

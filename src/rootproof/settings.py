@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     """A folder of extra knowledge cards (Markdown with front matter) used beside the built-in ones."""
     data_dir: Path = Field(default_factory=default_data_dir)
     """Where the default SQLite store and built indexes live."""
+    targets: Path | None = None
+    """A targets file (YAML or TOML): the live systems `diagnose` and `tool call` read when
+    neither `--targets` nor `--scenario` is given. Default: none (no live backend)."""
 
     # Input caps (rootproof.limits): a file or field above its cap is refused naming it and the
     # setting; the question and the alert a run keeps are shortened, saying so.

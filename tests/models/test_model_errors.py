@@ -17,6 +17,7 @@ import pytest
 from rootproof.agent.models.openai_compat import OpenAICompatModel
 from rootproof.errors import ConfigError, ModelUnavailable
 from rootproof.harness import Harness
+from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_scenario
 from rootproof.settings import load_settings
 from rootproof.store import SqlTraceStore
@@ -29,7 +30,7 @@ SHOWN_KEY = "sk-proj-abcdefghijklmnopqrstuvwx"
 
 def _harness(tmp_path: Path, **settings: object) -> tuple[Harness, SqlTraceStore]:
     store = SqlTraceStore(f"sqlite:///{tmp_path / 'trace.db'}")
-    return Harness(load_settings(data_dir=tmp_path / "home", **settings), sink=store), store  # type: ignore[arg-type]
+    return Harness(Runtime.from_settings(load_settings(data_dir=tmp_path / "home", **settings), sink=store)), store  # type: ignore[arg-type]
 
 
 def test_a_rejected_key_is_named_in_the_fallback_and_the_trace_without_the_key(
@@ -118,28 +119,28 @@ def test_a_slow_model_that_hits_the_deadline_ends_deadline_exceeded(
 
 
 def test_openai_needs_a_base_url_and_keyed_providers_a_key(tmp_path: Path) -> None:
-    h = Harness(load_settings(data_dir=tmp_path, model="openai"))
+    h = Harness(Runtime.from_settings(load_settings(data_dir=tmp_path, model="openai")))
     with pytest.raises(ConfigError, match="^ROOTPROOF_OPENAI_BASE_URL: not set"):
         h.model(None)
     for provider in ("openai", "deepseek"):
-        h = Harness(
+        h = Harness(Runtime.from_settings(
             load_settings(
                 data_dir=tmp_path,
                 model="openai",
                 openai_base_url="http://127.0.0.1:9/v1",
                 openai_provider=provider,
             )
-        )
+        ))
         with pytest.raises(
             ConfigError, match=f"^ROOTPROOF_OPENAI_API_KEY: not set; the {provider} provider needs an API key"
         ):
             h.model(None)
     # a local server needs no key
-    h = Harness(
+    h = Harness(Runtime.from_settings(
         load_settings(
             data_dir=tmp_path, model="openai", openai_base_url="http://127.0.0.1:9/v1", openai_provider="vllm"
         )
-    )
+    ))
     assert h.model(None).name == "openai:gpt-4o-mini"
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from rootproof.agent.models.openai_compat import OpenAICompatModel
 from rootproof.harness import Harness
+from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_scenario
 from rootproof.settings import load_settings
 from rootproof.store import SqlTraceStore
@@ -23,7 +24,7 @@ from .fake_openai_server import FakeOpenAI, Reply, completion, error, fake_opena
 
 def _harness(tmp_path: Path) -> tuple[Harness, SqlTraceStore]:
     store = SqlTraceStore(f"sqlite:///{tmp_path / 'trace.db'}")
-    return Harness(load_settings(data_dir=tmp_path / "home", deadline_s=30), sink=store), store
+    return Harness(Runtime.from_settings(load_settings(data_dir=tmp_path / "home", deadline_s=30), sink=store)), store
 
 
 def _draft_from_tool_result(body: dict[str, Any], reasoning: str | None = None) -> Reply:
@@ -118,7 +119,7 @@ def test_provider_down_ends_in_model_unavailable(fake_openai: FakeOpenAI, tmp_pa
 )
 def test_llm_judge_and_router_over_http(fake_openai: FakeOpenAI, tmp_path: Path, judge_reply: str, fallback: str) -> None:  # noqa: F811
     store = SqlTraceStore(f"sqlite:///{tmp_path / 'trace.db'}")
-    h = Harness(load_settings(data_dir=tmp_path / "home", deadline_s=30, judge="llm"), sink=store)
+    h = Harness(Runtime.from_settings(load_settings(data_dir=tmp_path / "home", deadline_s=30, judge="llm"), sink=store))
     model = OpenAICompatModel(base_url=fake_openai.base_url, api_key="k", model="gpt", provider="openai", backoff_s=0.01)
     fake_openai.script(
         [

@@ -14,9 +14,7 @@ Cost grows with the items in the window only: an item's matching text is folded 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
 from typing import Any
@@ -43,7 +41,20 @@ from rootproof.tools.refs import (
     enumerate_ref_paths,
     fmt_value,
 )
-from rootproof.tools.results import summary_of
+from rootproof.tools.results import (
+    ConfigResult,
+    InfoResult,
+    LinesResult,
+    LogItem,
+    LogsResult,
+    MetricsResult,
+    RowsResult,
+    SeriesItem,
+    SettingsResult,
+    StatusResult,
+    Window,
+    summary_of,
+)
 
 __all__ = ["SnapshotBackend", "ref_paths_with_sources"]
 
@@ -123,6 +134,11 @@ class SnapshotBackend:
         return TimeWindow(start=window_start(now, since), end=now)
 
     @staticmethod
+    def _shown(window: TimeWindow) -> Window:
+        d = window.as_dict()
+        return Window(from_=d["from"], to=d["to"])
+
+    @staticmethod
     def _no_evidence(tool: str, what: str, filters: str, where: str) -> str:
         return f"{tool} found no match for {what}" + (f" ({filters})" if filters else "") + f" {where}"
 
@@ -147,17 +163,12 @@ class SnapshotBackend:
                 candidates.append((score, line.ts, line))
         ordered = order_matches(candidates)
         page = ordered[args.offset : args.offset + args.limit]
-        result: dict[str, Any] = {
-            "kind": args.kind,
-            "window": window.as_dict(),
-            "total_matches": len(ordered),
-            "lines": [line.text for line in page],
-        }
         sources = {
             f"$.lines[{i}]": line.data_source for i, line in enumerate(page) if line.data_source != default
         }
+        no_evidence = None
         if not page:
-            result["no_evidence"] = self._no_evidence(
+            no_evidence = self._no_evidence(
                 tool,
                 f"query '{args.query}'",
                 self._page_filters(args, len(ordered), f"kind={args.kind}")
@@ -166,6 +177,13 @@ class SnapshotBackend:
                 ),
                 f"in window {window.text()}",
             )
+        result = LinesResult(
+            kind=args.kind,
+            window=self._shown(window),
+            total_matches=len(ordered),
+            lines=[line.text for line in page],
+            no_evidence=no_evidence,
+        )
         return BackendResult(
             result=result,
             data_source=default,
@@ -192,12 +210,8 @@ class SnapshotBackend:
             if query.empty or query.score(canonical_json(dict(r.values)))
         ]
         page = matched[args.offset : args.offset + args.limit]
-        result: dict[str, Any] = {
-            "kind": args.kind,
-            "total_matches": len(matched),
-            "rows": [copy.deepcopy(dict(r.values)) for r in page],
-        }
         sources = {f"$.rows[{i}]": r.data_source for i, r in enumerate(page) if r.data_source != default}
+        no_evidence = None
         if not page:
             total = len(matched)
             filters = f"kind={args.kind}" + (
@@ -205,9 +219,13 @@ class SnapshotBackend:
             )
             if key not in self._data.rows:
                 filters += f"; the snapshot holds no {key.replace('.', ' ')} data"
-            result["no_evidence"] = self._no_evidence(
+            no_evidence = self._no_evidence(
                 tool, f"query '{args.query}'", filters, f"as of {format_timestamp(now)}"
             )
+        # the result is a deep copy (`to_json`): the scenario's rows are never shared
+        result = RowsResult(
+            kind=args.kind, total_matches=len(matched), rows=[dict(r.values) for r in page], no_evidence=no_evidence
+        )
         return BackendResult(
             result=result,
             data_source=default,
@@ -227,14 +245,19 @@ class SnapshotBackend:
     ) -> BackendResult:
         query = parse_query(args.query)
         chosen = {k: v for k, v in (data or {}).items() if query.empty or query.score(text(k, v))}
-        result: dict[str, Any] = {"kind": args.kind, field: chosen}
+        no_evidence = None
         if not chosen:
             filters = f"kind={args.kind}" + (
                 "" if data is not None else f"; the snapshot holds no {section} {args.kind} data"
             )
-            result["no_evidence"] = self._no_evidence(
+            no_evidence = self._no_evidence(
                 tool, f"query '{args.query}'", filters, f"as of {format_timestamp(now)}"
             )
+        result = (
+            StatusResult(kind=args.kind, status=chosen, no_evidence=no_evidence)
+            if field == "status"
+            else SettingsResult(kind=args.kind, settings=chosen, no_evidence=no_evidence)
+        )
         return BackendResult(
             result=result,
             data_source=self._data.source_of(section),
@@ -260,21 +283,23 @@ class SnapshotBackend:
                 candidates.append((score, e.ts, e))
         ordered = order_matches(candidates)
         page = ordered[args.offset : args.offset + args.limit]
-        result: dict[str, Any] = {
-            "window": window.as_dict(),
-            "total_matches": len(ordered),
-            "entries": [_entry_item(e) for e in page],
-        }
         sources = {f"$.entries[{i}]": e.data_source for i, e in enumerate(page) if e.data_source != default}
+        no_evidence = None
         if not page:
             filters = _filters(args, ("service", "scope", "level", "since"))
             if ordered:
                 filters += f"; {len(ordered)} matches, none at offset {args.offset}"
             if self._data.logs is None:
                 filters += "; the snapshot holds no logs"
-            result["no_evidence"] = self._no_evidence(
+            no_evidence = self._no_evidence(
                 "query_logs", f"query '{args.query}'", filters, f"in window {window.text()}"
             )
+        result = LogsResult(
+            window=self._shown(window),
+            total_matches=len(ordered),
+            entries=[_entry_item(e) for e in page],
+            no_evidence=no_evidence,
+        )
         return BackendResult(
             result=result,
             data_source=default,
@@ -285,7 +310,7 @@ class SnapshotBackend:
     def _query_metrics(self, args: QueryMetricsArgs, now: datetime) -> BackendResult:
         default = self._data.source_of("metrics")
         window = self._window(args.since, now)
-        series: list[dict[str, Any]] = []
+        series: list[SeriesItem] = []
         sources: dict[str, str] = {}
         for s in self._data.metrics or ():
             if not fnmatchcase(s.metric, args.metric):
@@ -298,22 +323,23 @@ class SnapshotBackend:
             if s.data_source != default:
                 sources[f"$.series[{len(series)}]"] = s.data_source
             series.append(
-                {
-                    "metric": s.metric,
-                    "labels": dict(s.labels),
-                    "unit": s.unit,
-                    "points": [[format_timestamp(t), v] for t, v in points],
-                    "summary": asdict(summary_of([v for _, v in points])),
-                }
+                SeriesItem(
+                    metric=s.metric,
+                    labels=dict(s.labels),
+                    unit=s.unit,
+                    points=[[format_timestamp(t), v] for t, v in points],
+                    summary=summary_of([v for _, v in points]),
+                )
             )
-        result: dict[str, Any] = {"window": window.as_dict(), "series": series}
+        no_evidence = None
         if not series:
             filters = _filters(args, ("labels", "since"))
             if self._data.metrics is None:
                 filters += "; the snapshot holds no metrics"
-            result["no_evidence"] = self._no_evidence(
+            no_evidence = self._no_evidence(
                 "query_metrics", f"metric '{args.metric}'", filters, f"in window {window.text()}"
             )
+        result = MetricsResult(window=self._shown(window), series=series, no_evidence=no_evidence)
         return BackendResult(
             result=result, data_source=default, ref_sources=sources, details={"series": len(series)}
         )
@@ -357,17 +383,17 @@ class SnapshotBackend:
             }
             if chosen:
                 info[section] = chosen
-        result: dict[str, Any] = {"kind": "info", "info": info}
+        no_evidence = None
         if not info:
             filters = "kind=info" + (
                 "" if self._data.info is not None else "; the snapshot holds no redis info data"
             )
-            result["no_evidence"] = self._no_evidence(
+            no_evidence = self._no_evidence(
                 "inspect_redis", f"query '{args.query}'", filters, f"as of {format_timestamp(now)}"
             )
         count = sum(len(f) for f in info.values())
         return BackendResult(
-            result=result,
+            result=InfoResult(kind="info", info=info, no_evidence=no_evidence),
             data_source=self._data.source_of("redis"),
             details={"kind": "info", "total_matches": count, "returned": count},
         )
@@ -383,31 +409,27 @@ class SnapshotBackend:
         config = list(self._data.nginx_config or ())
         query = parse_query(args.query)
         matches = sum(1 for line in config if query.empty or query.score(line))
-        result: dict[str, Any] = {"kind": "config", "config": config if matches else []}
+        no_evidence = None
         if not matches:
             filters = "kind=config" + (
                 "" if self._data.nginx_config is not None else "; the snapshot holds no nginx config"
             )
-            result["no_evidence"] = self._no_evidence(
+            no_evidence = self._no_evidence(
                 tool, f"query '{args.query}'", filters, f"as of {format_timestamp(now)}"
             )
+        result = ConfigResult(kind="config", config=config if matches else [], no_evidence=no_evidence)
         return BackendResult(
             result=result,
             data_source=self._data.source_of("nginx"),
-            details={"kind": "config", "total_matches": matches, "returned": len(result["config"])},
+            details={"kind": "config", "total_matches": matches, "returned": len(result.config)},
         )
 
 
-def _entry_item(e: LogEntry) -> dict[str, Any]:
+def _entry_item(e: LogEntry) -> LogItem:
     """A log entry as `query_logs` returns it."""
-    return {
-        "ts": format_timestamp(e.ts),
-        "level": e.level,
-        "service": e.service,
-        "scope": e.scope,
-        "source": e.source,
-        "message": e.message,
-    }
+    return LogItem(
+        ts=format_timestamp(e.ts), level=e.level, service=e.service, scope=e.scope, source=e.source, message=e.message
+    )
 
 
 def _entry_text(e: LogEntry) -> str:

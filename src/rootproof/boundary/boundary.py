@@ -7,11 +7,15 @@
  5 scope: duplicate / per-tool cap DUPLICATE_SCOPE / SCOPE_SATURATED  REJECTED
  6 run budget                      BUDGET_EXHAUSTED   REJECTED
  7 circuit breaker per backend     CIRCUIT_OPEN       REJECTED
+   and target (the resolved mount)
  8 execute with a timeout          TIMED_OUT / BACKEND_ERROR  TIMED_OUT / FAILED
  9 project, redact, flag, record   —                  READY
 
 Checks 1-7 run one call at a time (deterministic under parallel calls); admitted calls of a
-step execute in parallel.
+step execute in parallel, on the runtime's tool pool. `BackendUnavailable`, a plain
+`BackendError`, a timeout and an unexpected exception count toward the breaker of the resolved
+backend and target; `BackendQueryError` (the system answered: bad query, missing extension)
+is a FAILED call too but does not.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import math
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,11 +34,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from rootproof.backends.registry import BackendRegistry, Resolved
 from rootproof.boundary.provenance import untrusted_spans
 from rootproof.boundary.safety import is_instruction_like, redact, redact_value
 from rootproof.boundary.store import CanonicalInvocation, CanonicalStore, InvocationStatus
 from rootproof.boundary.views import audit_record, control_view, model_observation
-from rootproof.errors import BackendError
+from rootproof.errors import BackendError, BackendQueryError
 from rootproof.limits import clip_text
 from rootproof.run.context import RunContext
 from rootproof.run.events import EventStream
@@ -49,11 +55,6 @@ from rootproof.tools.refs import (
 )
 
 __all__ = ["CircuitBreaker", "RefusalCode", "ToolBoundary", "ToolCallRequest", "ToolOutcome", "scope_key"]
-
-
-# Backend calls run here so a timeout or a cancellation can stop waiting for them; shared by
-# every run of the process (a thread per call would cost more than the whole chain).
-_BACKEND_POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="backend")
 
 
 class RefusalCode(StrEnum):
@@ -96,7 +97,8 @@ class ToolOutcome:
 
 
 class CircuitBreaker:
-    """Per-backend breaker: opens after `threshold` consecutive failures, half-opens after `cooldown_s`."""
+    """Breakers by key (one per backend and target: `postgres`, `postgres:orders-db`): a key
+    opens after `threshold` consecutive failures and half-opens after `cooldown_s`."""
 
     def __init__(self, threshold: int = 3, cooldown_s: float = 30.0) -> None:
         self.threshold = threshold
@@ -162,7 +164,8 @@ def _storable(value: Any, depth: int = 0) -> Any:
 
 
 def scope_key(tool: str, args: BaseModel, now: datetime) -> str:
-    """Tool name + canonical JSON of the normalised arguments (terms sorted, windows resolved)."""
+    """Tool name + canonical JSON of the normalised arguments (terms sorted, windows resolved
+    against `now`: the run's fixed clock, or its start time on the wall clock)."""
     data = args.model_dump(mode="json", exclude_none=True)
     data.pop("limit", None)
     data.pop("offset", None)
@@ -184,21 +187,25 @@ class ToolBoundary:
         self,
         ctx: RunContext,
         *,
-        backends: dict[str, ToolBackend],
+        backends: BackendRegistry | Mapping[str, ToolBackend],
         store: CanonicalStore,
         sink: TraceSink | None = None,
         events: EventStream | None = None,
         breaker: CircuitBreaker | None = None,
-        tools: dict[str, ToolDefinition] | None = None,
+        tools: Mapping[str, ToolDefinition] | None = None,
         pool: ThreadPoolExecutor | None = None,
     ) -> None:
+        """`backends`: a registry, or mount key → backend. `tools`: the run's definitions
+        (default: the registry's, with a `target` argument where a system has several).
+        `pool`: where backend calls run (the runtime's); without one, each call gets a thread
+        of its own."""
         self.ctx = ctx
-        self.backends = backends
+        self.backends = backends if isinstance(backends, BackendRegistry) else BackendRegistry(backends)
         self.store = store
         self.sink = sink
         self.events = events
         self.breaker = breaker or CircuitBreaker()
-        self.tools = tools or TOOLS
+        self.tools = dict(tools) if tools is not None else self.backends.tools(TOOLS)
         self._pool = pool
         self._lock = threading.Lock()
         self._scopes: dict[str, str] = {}
@@ -232,14 +239,15 @@ class ToolBoundary:
             for item in admitted:
                 lane_of[item[0]] = item[2].name if item[2].sequential else f"#{item[0]}"
                 lanes.setdefault(lane_of[item[0]], []).append(item)
-            pool = self._pool or ThreadPoolExecutor(max_workers=min(8, len(lanes)), thread_name_prefix="tool")
+            # Lanes get their own short-lived threads: a lane waits on backend calls submitted to
+            # the pool, so running lanes on that same pool could leave no thread for the calls.
+            pool = ThreadPoolExecutor(max_workers=min(8, len(lanes)), thread_name_prefix="tool")
             try:
                 futures = {lane: pool.submit(self._run_lane, items) for lane, items in lanes.items()}
                 for i, *_ in admitted:
                     outcomes[i] = self._finish(futures[lane_of[i]].result()[i], requests[i].call_id)
             finally:
-                if self._pool is None:
-                    pool.shutdown(wait=False)
+                pool.shutdown(wait=False)
         return [o for o in outcomes if o is not None]
 
     def _run_lane(
@@ -304,8 +312,8 @@ class ToolBoundary:
             loc = ".".join(str(p) for p in err["loc"]) or "(root)"
             return self._refuse(inv, RefusalCode.INVALID_ARGUMENTS, f"Invalid arguments: {loc}: {err['msg']}. Fix the arguments and call again."), None, None
         inv.arguments = args.model_dump(mode="json", exclude_none=True)
-        # 5 scope
-        key = scope_key(req.name, args, ctx.now)
+        # 5 scope (windows against the run's clock, else its start: a repeat is a repeat on the wall clock too)
+        key = scope_key(req.name, args, ctx.clock or ctx.started_at)
         inv.scope_key = key
         with self._lock:
             earlier = self._scopes.get(key)
@@ -320,26 +328,38 @@ class ToolBoundary:
             refused = ctx.usage.try_take_tool_call(req.name, ctx.budget)
             if refused is not None:
                 return self._refuse(inv, RefusalCode.BUDGET_EXHAUSTED, f"The run's budget is used up ({refused}); write the draft from the evidence gathered."), None, None
-            # 7 circuit breaker
-            if not self.breaker.allows(tool.backend):
+            # 7 circuit breaker of the backend and target that would serve the call
+            where = self._breaker_key(tool, args)
+            if not self.breaker.allows(where):
                 ctx.usage.refund_tool_call(req.name)
-                return self._refuse(inv, RefusalCode.CIRCUIT_OPEN, f"The {tool.backend} backend failed repeatedly and is paused; use other tools or write the draft."), None, None
+                return self._refuse(inv, RefusalCode.CIRCUIT_OPEN, f"The {where} backend failed repeatedly and is paused; use other tools or write the draft."), None, None
             self._scopes[key] = inv.invocation_id
             self._executed[req.name] = self._executed.get(req.name, 0) + 1
         return inv, tool, args
 
+    def _resolve(self, tool: ToolDefinition, args: BaseModel) -> Resolved | None:
+        target = getattr(args, "target", None)
+        return self.backends.resolve(tool.backend, target if isinstance(target, str) else None)
+
+    def _breaker_key(self, tool: ToolDefinition, args: BaseModel) -> str:
+        resolved = self._resolve(tool, args)
+        return resolved.key if resolved is not None else tool.backend
+
     def _execute(self, inv: CanonicalInvocation, tool: ToolDefinition, args: BaseModel) -> CanonicalInvocation:
         ctx = self.ctx
-        backend = self.backends.get(tool.backend)
+        resolved = self._resolve(tool, args)
         t0 = time.monotonic()
-        if backend is None:
+        if resolved is None:
             inv.status = InvocationStatus.FAILED
             inv.refusal_code = str(RefusalCode.BACKEND_ERROR)
             inv.message = f"No {tool.backend} backend is configured for '{tool.name}'; use other tools."
             self._release_scope(inv)
             return inv
         timeout = max(0.0, min(ctx.budget.tool_timeout_s, ctx.time_left()))
-        future: Future[Any] = _BACKEND_POOL.submit(backend.call, tool.name, args, now=ctx.now, run_id=ctx.run_id)
+        key = resolved.key
+        # On the pool so a timeout or a cancellation can stop waiting for the call.
+        pool = self._pool or ThreadPoolExecutor(max_workers=1, thread_name_prefix="backend")
+        future: Future[Any] = pool.submit(resolved.backend.call, tool.name, args, now=ctx.now, run_id=ctx.run_id)
         deadline = time.monotonic() + timeout
         try:
             while True:
@@ -357,26 +377,32 @@ class ToolBoundary:
                     inv.status = InvocationStatus.TIMED_OUT
                     inv.refusal_code = str(RefusalCode.TIMED_OUT)
                     inv.message = f"The call took longer than {timeout:.1f}s; narrow the query (service, level, since, terms)."
-                    self.breaker.record(tool.backend, ok=False)
+                    self.breaker.record(key, ok=False)
                     self._release_scope(inv)
                     return inv
             try:
                 out = future.result()
-            except BackendError as exc:
-                return self._fail(inv, tool, f"The backend failed: {exc}. Try another tool or a narrower query.")
+            except BackendQueryError as exc:  # the system answered: this query failed, the backend is fine
+                return self._fail(inv, None, f"The query failed: {exc}. Change the arguments (kind, query, metric, since) or use another tool.")
+            except BackendError as exc:  # BackendUnavailable, or a backend that does not say
+                return self._fail(inv, key, f"The backend failed: {exc}. Try another tool or a narrower query.")
             except Exception as exc:  # a backend bug must not kill the run
-                return self._fail(inv, tool, f"The backend failed unexpectedly ({type(exc).__name__}). Try another tool.")
+                return self._fail(inv, key, f"The backend failed unexpectedly ({type(exc).__name__}). Try another tool.")
         finally:
             inv.duration_ms = int((time.monotonic() - t0) * 1000)
-        self.breaker.record(tool.backend, ok=True)
+            if pool is not self._pool:
+                pool.shutdown(wait=False)  # its thread ends when the call returns
+        self.breaker.record(key, ok=True)
         self._project(inv, tool, out.json(), out.data_source, out.ref_sources, out.details, out.evidence_status)
         return inv
 
-    def _fail(self, inv: CanonicalInvocation, tool: ToolDefinition, message: str) -> CanonicalInvocation:
+    def _fail(self, inv: CanonicalInvocation, breaker_key: str | None, message: str) -> CanonicalInvocation:
+        """FAILED / BACKEND_ERROR; counts toward the breaker `breaker_key` unless it is None."""
         inv.status = InvocationStatus.FAILED
         inv.refusal_code = str(RefusalCode.BACKEND_ERROR)
         inv.message = redact(message)  # a driver's error may quote a connection string
-        self.breaker.record(tool.backend, ok=False)
+        if breaker_key is not None:
+            self.breaker.record(breaker_key, ok=False)
         self._release_scope(inv)
         return inv
 

@@ -37,6 +37,7 @@ from typing import Any
 from rootproof.agent.draft import parse_draft
 from rootproof.scenarios.types import GroundTruth, RequiredEvidence
 from rootproof.taxonomy import recovery_policy
+from rootproof.tools.base import RUNTIME_TOOLS as _RUNTIME_TOOLS
 from rootproof.tools.refs import NO_EVIDENCE_PATH, fold_text, normalize_text
 
 __all__ = [
@@ -80,9 +81,8 @@ HARD_GATES = (
 )
 """Every hard gate the evaluator can raise."""
 
-RUNTIME_TOOLS = frozenset(
-    {"query_logs", "query_metrics", "inspect_postgres", "inspect_redis", "inspect_nginx"}
-)
+RUNTIME_TOOLS = _RUNTIME_TOOLS
+"""The evidence tools (every tool but `lookup_knowledge`), as `tools.base` defines them."""
 
 
 fold = fold_text

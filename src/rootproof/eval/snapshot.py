@@ -102,13 +102,12 @@ _HARNESS: dict[str, Harness] = {}
 
 def _harness(settings: Settings) -> Harness:
     """One harness per worker and settings (the knowledge base loads once per worker)."""
-    from rootproof.harness import Harness
-    from rootproof.run.records import MemoryTraceSink
+    from rootproof.harness import memory_harness
 
     key = settings.model_dump_json()
     h = _HARNESS.get(key)
     if h is None:
-        h = _HARNESS[key] = Harness(settings, sink=MemoryTraceSink())
+        h = _HARNESS[key] = memory_harness(settings)
     return h
 
 

@@ -12,6 +12,7 @@ from rootproof.kb.index import GRADES, KnowledgeBase
 from rootproof.kb.tracker import RetrievedDocTracker
 from rootproof.tools.base import BackendResult, LookupKnowledgeArgs
 from rootproof.tools.refs import DataSource, EvidenceStatus
+from rootproof.tools.results import KnowledgeResult
 
 __all__ = ["KnowledgeBackend"]
 
@@ -52,21 +53,20 @@ class KnowledgeBackend:
             }
             for h in resp.hits
         ]
-        result: dict[str, Any] = {"query": args.query, "results": results}
         status: str | None = None
+        deduplicated = no_evidence = None
         if not results:
             if resp.l1_match_count > 0 and known:
                 status = EvidenceStatus.DEDUPLICATED.value
-                result["deduplicated"] = (
+                deduplicated = (
                     f"lookup_knowledge found only cards already returned in this run for query "
                     f"'{args.query}' ({', '.join(sorted(known))}); cite the earlier lookup"
                 )
             else:
-                result["no_evidence"] = (
-                    f"lookup_knowledge found no card above the relevance floor for query '{args.query}'"
-                )
+                no_evidence = f"lookup_knowledge found no card above the relevance floor for query '{args.query}'"
         else:
             self.tracker.record(run_id, (r["card_id"] for r in results))
+        result = KnowledgeResult(query=args.query, results=results, no_evidence=no_evidence, deduplicated=deduplicated)
         best = min((GRADES.index(h.grade) for h in resp.hits), default=None)
         details: dict[str, Any] = {
             "layer": resp.layer,

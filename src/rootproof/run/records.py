@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "EvalCaseRecord",
@@ -20,6 +20,7 @@ __all__ = [
     "ReasoningAuditRecord",
     "RunRecord",
     "StepRecord",
+    "TraceReader",
     "TraceSink",
     "utcnow",
 ]
@@ -58,6 +59,8 @@ class RunRecord:
     prompt_audit: dict[str, Any] | None = None
     alert: dict[str, Any] | None = None
     """The input alert payload, normalised (alert mode only)."""
+    targets_checksum: str | None = None
+    """`sha256:<hex>` of the targets file a live run read (live runs only; never its secrets)."""
     self_evaluation: dict[str, Any] | None = None
     """{rule_set_version, evidence_guard, semantic_guard, tool_trace_summary, aiops_rule_evaluation}."""
     budget_usage: dict[str, Any] | None = None
@@ -238,6 +241,17 @@ class TraceSink(Protocol):
         """Append a public event."""
 
 
+@runtime_checkable
+class TraceReader(Protocol):
+    """The read side of a trace store (`trace`, `audit`)."""
+
+    def trace(self, run_id: str) -> dict[str, Any] | None:
+        """Everything recorded for one run, as plain data (None or `run: None` if unknown)."""
+
+    def list_runs(self, limit: int = 20) -> list[RunRecord]:
+        """The newest runs first."""
+
+
 class MemoryTraceSink:
     """Keeps every record in memory (tests, benchmarks, `--no-store`)."""
 
@@ -268,6 +282,11 @@ class MemoryTraceSink:
     def add_event(self, record: EventRecord) -> None:
         with self._lock:
             self.events.append(record)
+
+    def list_runs(self, limit: int = 20) -> list[RunRecord]:
+        """The newest runs first."""
+        with self._lock:
+            return sorted(self.runs.values(), key=lambda r: r.started_at, reverse=True)[:limit]
 
     def trace(self, run_id: str) -> dict[str, Any]:
         """Everything recorded for one run, as plain data."""

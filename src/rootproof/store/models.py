@@ -146,6 +146,8 @@ class DiagnosisRun(Base):
     content: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
     prompt_audit: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
     alert: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
+    targets_checksum: Mapped[str | None] = mapped_column(sa.String(80))
+    """`sha256:<hex>` of the targets file of a live run; NULL for snapshot and knowledge runs."""
     self_evaluation: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
     budget_usage: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
     tokens: Mapped[int] = mapped_column(sa.Integer, nullable=False)

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from rootproof.tools.results import ToolResult
 
 __all__ = [
+    "RUNTIME_TOOLS",
     "TOOLS",
     "BackendResult",
     "InspectNginxArgs",
@@ -30,6 +31,7 @@ __all__ = [
     "LookupKnowledgeArgs",
     "QueryLogsArgs",
     "QueryMetricsArgs",
+    "System",
     "ToolBackend",
     "ToolDefinition",
     "parse_since",
@@ -48,6 +50,8 @@ _TERM = re.compile(r'"[^"]*(?:"|$)|[^\s"]+')
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 Scope = Literal["ALL", "APPLICATION", "DATABASE", "CACHE", "PROXY", "SYSTEM"]
 Level = Literal["DEBUG", "INFO", "WARN", "ERROR", "FATAL"]
+System = Literal["logs", "metrics", "postgres", "redis", "nginx", "knowledge"]
+"""The systems tools are served by (a backend is mounted per system, or per system and target)."""
 LEVEL_ORDER: dict[str, int] = {"DEBUG": 10, "INFO": 20, "WARN": 30, "ERROR": 40, "FATAL": 50}
 
 
@@ -178,7 +182,8 @@ class ToolDefinition:
     name: str
     description: str
     args_model: type[BaseModel]
-    backend: Literal["runtime", "knowledge"] = "runtime"
+    backend: System
+    """The real system that serves it: backends are mounted and breakers keyed per system (and target)."""
     read_only: bool = True
     paged_kinds: frozenset[str] = frozenset()
     sequential: bool = False
@@ -207,31 +212,37 @@ TOOLS: dict[str, ToolDefinition] = {
             name="query_logs",
             description="Search logs (application, database, cache, proxy, system) in a window ending now.",
             args_model=QueryLogsArgs,
+            backend="logs",
         ),
         ToolDefinition(
             name="query_metrics",
             description="Read metric series matching a name or glob, with first/last/min/max/delta/mean over the window.",
             args_model=QueryMetricsArgs,
+            backend="metrics",
         ),
         ToolDefinition(
             name="inspect_postgres",
             description="Inspect PostgreSQL: activity (pg_stat_activity), locks (pg_locks with blocking_pids), "
             "settings, database_stats, replication, top_queries (pg_stat_statements), log.",
             args_model=InspectPostgresArgs,
+            backend="postgres",
         ),
         ToolDefinition(
             name="inspect_redis",
             description="Inspect Redis: info (INFO sections), clients (CLIENT LIST), slowlog, config, log.",
             args_model=InspectRedisArgs,
+            backend="redis",
         ),
         ToolDefinition(
             name="inspect_nginx",
             description="Inspect nginx: error_log, access_log, config, status (stub_status).",
             args_model=InspectNginxArgs,
+            backend="nginx",
         ),
     )
 }
-RUNTIME_TOOLS = tuple(n for n, t in TOOLS.items() if t.backend == "runtime")
+RUNTIME_TOOLS: frozenset[str] = frozenset(n for n, t in TOOLS.items() if t.backend != "knowledge")
+"""The evidence tools: every tool served by a runtime system (not the knowledge base)."""
 
 
 @dataclass(kw_only=True)
@@ -239,7 +250,8 @@ class BackendResult:
     """What a backend returns: the canonical result and where each part came from."""
 
     result: ToolResult | dict[str, Any]
-    """The whole result: a typed shape of `tools.results` (or, for now, its plain JSON)."""
+    """The whole result: a typed shape of `tools.results` (every backend of the package
+    returns one); plain JSON data is accepted too (test doubles, user backends)."""
     data_source: str
     """Default data source of every ref."""
     ref_sources: dict[str, str] = field(default_factory=dict)
