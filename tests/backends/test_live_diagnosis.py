@@ -1,0 +1,100 @@
+"""End to end on live targets: a real row lock in the local PostgreSQL, diagnosed by
+`rootproof diagnose --targets`, published as postgresql / row_lock_contention with `live:` refs;
+a dead target fails only its own backend; `targets check` names a dead target.
+
+The CLI runs as a subprocess, the way a user runs it; the lock is held by two real sessions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .pg_support import private_database, row_lock
+
+pytestmark = pytest.mark.services
+
+
+def _cli(args: list[str], home: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")}
+    env |= {"ROOTPROOF_HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.run([sys.executable, "-m", "rootproof.cli", *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def _targets(path: Path, dsn: str, extra: str = "") -> Path:
+    # A libpq key=value string works as well as a URL; the private database has no password.
+    path.write_text(f"targets:\n  - {{name: orders-db, kind: postgres, dsn: {json.dumps(dsn)}, timeout_s: 5}}\n{extra}", encoding="utf-8")
+    return path
+
+
+def _trace(run_id: str, home: Path) -> dict[str, Any]:
+    out = _cli(["trace", run_id, "--json"], home)
+    assert out.returncode == 0, out.stderr
+    trace: dict[str, Any] = json.loads(out.stdout)
+    return trace
+
+
+QUESTION = "Some order confirmations hang and fail after about 30 seconds; the confirm endpoint's p95 went from 60 ms to 30 s. What is going on?"
+
+
+def test_a_real_row_lock_is_diagnosed_from_live_evidence(tmp_path: Path) -> None:
+    with private_database() as dsn, row_lock(dsn, waiters=2) as lock:
+        targets = _targets(tmp_path / "rootproof.targets.yaml", dsn)
+        out = _cli(["diagnose", "--targets", str(targets), QUESTION, "--json"], tmp_path / "home")
+        assert out.returncode == 0, out.stderr
+        assert not lock.errors
+        result = json.loads(out.stdout)
+        trace = _trace(result["run_id"], tmp_path / "home")
+    assert result["release_outcome"] == "PUBLISHED", (result, out.stderr)
+    report = result["content"]["report"]
+    assert (report["root_cause"]["component"], report["root_cause"]["mechanism"]) == ("postgresql", "row_lock_contention")
+    invocations = {i["invocation_id"]: i for i in trace["invocations"]}
+    cited = [c for claim in report["claims"] for c in claim["citations"] if claim["id"] in report["root_cause"]["claim_ids"]]
+    live = [c for c in cited if invocations[c["invocation_id"]]["data_source"] == "live:orders-db"]
+    assert live, cited
+    excerpts = " ".join(c["excerpt"] for c in live)
+    assert str(lock.holder_pid) in excerpts or str(lock.holder_pid) in report["root_cause"].get("culprit", "")
+    assert any(f'"blocking_pids":[{lock.holder_pid}]' in c["excerpt"] for c in live), excerpts[:2000]
+    assert all(i["data_source"].startswith(("live:", "knowledge")) for i in trace["invocations"] if i["status"] == "READY")
+    assert trace["run"].get("targets_checksum", "").startswith("sha256:")
+
+
+def test_a_dead_target_fails_only_its_own_backend(tmp_path: Path) -> None:
+    """Real backends: a live PostgreSQL and a Redis target on a closed port, in one run."""
+    from rootproof.agent.models.scripted import ScriptedModel, ScriptedStep
+    from rootproof.harness import memory_harness
+    from rootproof.settings import load_settings
+    from rootproof.targets import load_targets
+
+    dead = "  - {name: cache, kind: redis, url: 'redis://127.0.0.1:1/0', timeout_s: 1}\n"
+    with private_database() as dsn:
+        loaded = load_targets(_targets(tmp_path / "t.yaml", dsn, dead))
+        h = memory_harness(load_settings(data_dir=tmp_path / "home", deadline_s=60))
+        pairs = zip(("info", "clients", "slowlog", "config"), ("activity", "locks", "settings", "database_stats"), strict=True)
+        steps = [ScriptedStep(calls=[("inspect_redis", {"kind": r}), ("inspect_postgres", {"kind": p})]) for r, p in pairs]
+        model = ScriptedModel([*steps, ScriptedStep(draft={"summary": "x", "root_cause": None, "claims": []})])
+        try:
+            out = h.diagnose("Why do order confirmations hang?", targets=loaded, model=model)
+        finally:
+            h.runtime.close()
+    redis = [o.invocation for o in out.outcomes if o.invocation.tool_name == "inspect_redis"]
+    postgres = [o.invocation for o in out.outcomes if o.invocation.tool_name == "inspect_postgres"]
+    assert [i.refusal_code for i in redis] == ["BACKEND_ERROR"] * 3 + ["CIRCUIT_OPEN"]
+    assert "The redis:cache backend failed repeatedly" in str(redis[3].message)
+    assert [(i.status, i.data_source) for i in postgres] == [("READY", "live:orders-db")] * 4
+
+
+def test_targets_check_names_a_dead_target(tmp_path: Path) -> None:
+    with private_database() as dsn:
+        targets = _targets(tmp_path / "t.yaml", dsn, "  - {name: dead-db, kind: postgres, dsn: 'postgresql://postgres@127.0.0.1:1/x', timeout_s: 1}\n")
+        out = _cli(["targets", "check", str(targets)], tmp_path / "home")
+    assert out.returncode == 1
+    assert "orders-db (postgres): usable" in out.stdout
+    assert "dead-db (postgres): NOT USABLE" in out.stdout
+    assert "dead-db" in out.stderr
