@@ -168,10 +168,10 @@ class LogsTarget(_Target):
     paths: list[str] = Field(min_length=1, max_length=64)
     """Globs of files to read, newest first."""
     format: Literal["jsonl", "logfmt", "regex"] = "jsonl"
-    pattern: str | None = Field(default=None, max_length=2000, validate_default=True)
-    """For `format: regex`: a Python regex with named groups (`ts`, `level`, `message`, …)."""
     fields: dict[str, Annotated[str, Field(min_length=1, max_length=200)]] = Field(default_factory=dict)
     """Field mapping for ts, level, service, message (`{ts: time, message: msg}`)."""
+    pattern: str | None = Field(default=None, max_length=2000, validate_default=True)
+    """For `format: regex`: a Python regex with named groups (`ts`, `level`, `message`, …)."""
     service: str = Field(min_length=1, max_length=100)
     """The service these logs belong to (unless a record names its own)."""
     scope: Literal["APPLICATION", "DATABASE", "CACHE", "PROXY", "SYSTEM"] = "APPLICATION"
@@ -193,8 +193,11 @@ class LogsTarget(_Target):
             compiled = re.compile(value)
         except re.error as exc:
             raise ValueError(f"does not compile: {exc.msg} at position {exc.pos}") from None
-        if "message" not in compiled.groupindex:
-            raise ValueError("has no named group `message`: add (?P<message>...)")
+        fields = info.data.get("fields") or {}
+        for field, what in (("message", "message"), ("ts", "time")):
+            name = fields.get(field, field)  # `fields` is declared first, so it is validated by now
+            if name not in compiled.groupindex:
+                raise ValueError(f"has no named group for the {what}: add (?P<{name}>...)")
         return value
 
     @field_validator("fields")

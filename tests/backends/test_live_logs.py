@@ -136,8 +136,8 @@ def test_unreadable_files_and_bad_patterns(tmp_path: Path) -> None:
     assert _call(LogsBackend([target], environ={}))[0]["entries"] == []
     with pytest.raises(ValidationError, match="pattern"):  # the targets file refuses it before any backend exists
         LogsTarget(kind="logs", name="t", paths=["x"], format="regex", pattern="(", service="s")
-    with pytest.raises(ConfigError, match="named group for the time"):
-        LogsBackend([LogsTarget(kind="logs", name="t", paths=["x"], format="regex", pattern="(?P<message>.*)", service="s")], environ={})
+    with pytest.raises(ValidationError, match="named group for the time"):
+        LogsTarget(kind="logs", name="t", paths=["x"], format="regex", pattern="(?P<message>.*)", service="s")
     text = tmp_path / "plain.log"
     text.write_text("no time here\n")
     t = LogsTarget(kind="logs", name="plain", paths=[str(text)], format="regex", pattern=TEXT_PATTERN, service="s")
