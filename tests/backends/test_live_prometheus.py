@@ -7,8 +7,10 @@ and both exporters on free loopback ports; tests skip without the binaries (or f
 
 from __future__ import annotations
 
+import re
 import socket
 import time
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 import pytest
 
 from conftest import _unavailable
+from rootproof.backends.live import prometheus as prom_module
 from rootproof.backends.live.prometheus import (
     MAX_POINTS,
     MAX_SERIES,
@@ -23,9 +26,17 @@ from rootproof.backends.live.prometheus import (
     PrometheusBackend,
     choose_step,
     selector_of,
-    unit_of,
+)
+from rootproof.boundary import (
+    CircuitBreaker,
+    InMemoryCanonicalStore,
+    InvocationStatus,
+    ToolBoundary,
+    ToolCallRequest,
 )
 from rootproof.errors import BackendQueryError, BackendUnavailable, ConfigError
+from rootproof.run import RunBudget, RunContext, RunState, ToolScope
+from rootproof.run.records import MemoryTraceSink
 from rootproof.targets import PrometheusTarget
 from rootproof.tools.base import MAX_SINCE, QueryMetricsArgs, parse_since
 from rootproof.tools.refs import ref_text
@@ -166,19 +177,92 @@ def test_live_points_stay_under_the_bound(backend: PrometheusBackend) -> None:
 
 
 def test_at_most_max_series_the_rest_counted(backend: PrometheusBackend) -> None:
-    data = _call(backend, metric="pg_settings_*", since="5m")
+    data = _call(backend, metric="*_total", since="5m")  # some 85 series in the test environment
     details = data["_details"]
     assert len(data["series"]) == MAX_SERIES == details["series"]
     assert details["series_total"] > MAX_SERIES and details["series_dropped"] == details["series_total"] - MAX_SERIES
+    # the model sees that series were left out: the result counts them all
+    assert data["total_matches"] == details["series_total"]
     keys = [(s["metric"], sorted(s["labels"].items())) for s in data["series"]]
     assert keys == sorted(keys)
+    # the instant count saw as many as the range query returned (the exporters are steady)
+    assert details["series_counted"] == details["series_total"] + details["series_empty"]
+
+
+def test_no_total_matches_when_nothing_was_left_out(backend: PrometheusBackend) -> None:
+    for metric in ("pg_up", "*_up"):
+        data = _call(backend, metric=metric, since="5m")
+        assert data["series"] and "total_matches" not in data and data["_details"]["series_dropped"] == 0
+    assert "series_counted" not in _call(backend, metric="pg_up", since="5m")["_details"]  # a plain name is not counted first
+
+
+def _handled(env: PromEnv) -> dict[str, float]:
+    """Prometheus's own count of answered API requests, by handler (its /metrics)."""
+    with urllib.request.urlopen(env.url + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for m in re.finditer(r'^prometheus_http_requests_total\{code="\d+",handler="([^"]+)"\} (\S+)$', text, re.M):
+        out[m.group(1)] = out.get(m.group(1), 0) + float(m.group(2))
+    return out
+
+
+def _settled(env: PromEnv, before: dict[str, float], handler: str, at_least: float) -> dict[str, float]:
+    """Prometheus's request counts once `handler` has counted `at_least` more (it counts after answering)."""
+    deadline = time.monotonic() + 5
+    while (now := _handled(env)).get(handler, 0) - before.get(handler, 0) < at_least and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return now
+
+
+def test_a_broad_glob_is_refused_with_the_count_before_any_range_query(
+    backend: PrometheusBackend, prometheus_env: PromEnv, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    monkeypatch.setattr(prom_module, "MAX_GLOB_SERIES", 100, raising=False)  # raising=False: the base commit fails on behaviour
+    everything = int(prometheus_env.query('count({__name__=~".+"})')[0]["value"][1])
+    assert everything > 100  # both exporters export hundreds of series
+    before = _handled(prometheus_env)
+    with pytest.raises(BackendQueryError) as info:
+        _call(backend, metric="*", since="7d")
+    after = _settled(prometheus_env, before, "/api/v1/query", 1)
+    message = str(info.value)
+    m = re.search(r"(\d+) series match metric '\*' \(since=7d\), more than the 100 one query_metrics call may read", message)
+    assert m, message
+    assert abs(int(m.group(1)) - everything) <= everything // 10
+    assert "narrow the metric name" in message and "add labels" in message
+    assert after.get("/api/v1/query", 0) - before.get("/api/v1/query", 0) == 1  # the instant count
+    assert after.get("/api/v1/query_range", 0) == before.get("/api/v1/query_range", 0)  # never the range query
+    with pytest.raises(BackendQueryError, match=r"series match metric 'pg_\*' \(labels=job=postgres, since=30m\)"):
+        _call(backend, metric="pg_*", labels={"job": "postgres"})
+    # narrowed under the limit: answered, with one range query after the count
+    before = _handled(prometheus_env)
+    data = _call(backend, metric="*_total", since="5m")
+    after = _settled(prometheus_env, before, "/api/v1/query_range", 1)
+    assert after.get("/api/v1/query_range", 0) - before.get("/api/v1/query_range", 0) == 1
+    assert len(data["series"]) == MAX_SERIES < data["total_matches"] <= 100
+    assert data["_details"]["series_counted"] <= 100
+
+
+def test_the_model_sees_left_out_series_and_the_refusal(backend: PrometheusBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prom_module, "MAX_GLOB_SERIES", 100, raising=False)  # raising=False: the base commit fails on behaviour
+    ctx = RunContext(
+        session_id="s", scope=ToolScope(allowed_tools=frozenset({"query_metrics"})), budget=RunBudget(observation_bytes=200_000), clock=datetime.now(UTC)
+    )
+    ctx.advance(RunState.RUNNING)
+    ctx.progress.begin_step()
+    b = ToolBoundary(ctx, backends={"*": backend}, store=InMemoryCanonicalStore(), sink=MemoryTraceSink(), breaker=CircuitBreaker())
+    obs = b.call(ToolCallRequest(name="query_metrics", arguments={"metric": "*_total", "since": "5m"}, step_index=0)).observation
+    assert obs["status"] == str(InvocationStatus.READY) and len(obs["refs"]) == MAX_SERIES
+    assert obs["total_matches"] > MAX_SERIES and "omitted" not in obs  # left out by the backend, not by the budget
+    refused = b.call(ToolCallRequest(name="query_metrics", arguments={"metric": "*", "since": "1h"}, step_index=0)).observation
+    assert refused["status"] == str(InvocationStatus.FAILED)
+    assert re.search(r"The query failed: .*\d+ series match metric '\*'.*narrow the metric name", refused["message"])
 
 
 def test_an_answer_over_max_bytes_is_refused(prometheus_env: PromEnv) -> None:  # noqa: F811
     b = PrometheusBackend(_target(prometheus_env.url, max_bytes=4096), environ={})
     try:
         with pytest.raises(BackendQueryError, match="max_bytes=4096"):
-            _call(b, metric="pg_*", since="1h")
+            _call(b, metric="pg_stat_database_*", labels={"datname": "test"}, since="1h")
         assert _call(b, metric="pg_up", since="1m")["series"]  # a small answer still fits
     finally:
         b.close()
@@ -268,21 +352,3 @@ def test_check_warns_when_no_target_is_up(tmp_path: Any) -> None:
     finally:
         b.close()
         env.stop()
-
-
-# -- value parsing (Prometheus's documented JSON) ------------------------------------------------
-
-
-def test_nan_and_inf_points_are_dropped_values_int_when_integral() -> None:
-    raw = {"metric": {"__name__": "x_seconds", "b": "2", "a": "1"}, "values": [[1.5, "NaN"], [2, "3"], [3.25, "+Inf"], [4, "0.5"], [5, "-Inf"]]}
-    s = PrometheusBackend._series(raw)
-    assert s is not None
-    assert s.points == [["1970-01-01T00:00:02.000Z", 3], ["1970-01-01T00:00:04.000Z", 0.5]]
-    assert list(s.labels) == ["a", "b"] and s.unit == "seconds" and s.summary.last == 0.5
-    assert PrometheusBackend._series({"metric": {"__name__": "y"}, "values": [[1, "NaN"]]}) is None
-
-
-def test_units_from_suffixes() -> None:
-    assert [unit_of(n) for n in ("a_seconds", "a_bytes", "a_total", "pg_locks_count", "a_ratio", "pg_up")] == [
-        "seconds", "bytes", "count", "count", "ratio", ""
-    ]

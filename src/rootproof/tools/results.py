@@ -52,7 +52,7 @@ Scalar = str | int | float | bool | None
 
 def _json(obj: Any) -> dict[str, Any]:
     data = asdict(obj)
-    for key in ("no_evidence", "deduplicated"):
+    for key in ("no_evidence", "deduplicated", "total_matches"):  # total_matches: optional only in MetricsResult
         if key in data and data[key] is None:
             del data[key]
     return data
@@ -152,6 +152,8 @@ class MetricsResult:
 
     window: Window
     series: list[SeriesItem] = field(default_factory=list)
+    total_matches: int | None = None
+    """How many series matched when more than `series` lists (a live backend's cut at 50); absent otherwise."""
     no_evidence: str | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -6,16 +6,24 @@ from free PromQL: a plain metric name becomes `name{labels}`, a glob (`pg_locks_
 every other regex metacharacter is escaped; label matches are exact, their values escaped as
 PromQL string literals, and label names must be Prometheus label names.
 
+A glob may match every series of a production Prometheus, so before its range query the call
+asks for an instant `count(<selector>)` at `now` (one number back, one sample read per series)
+and refuses with `BackendQueryError` ("N series match …; narrow the metric name or add labels")
+when more than `MAX_GLOB_SERIES` (200) match; a refused glob never reaches `query_range`.
+
 The window ends at the call's `now` and starts `since` earlier. The step is the smallest of
 `STEPS` (at least `MIN_STEP_S`, 5 s: no scrape interval is shorter in practice) that keeps each
 series at or under `MAX_POINTS` (120) points. At most `MAX_SERIES` (50) series are returned,
-sorted by name and labels; the rest are counted in `details`. The body is streamed and the call
+sorted by name and labels (SeriesItems are built for those only); when more matched, the
+result's `total_matches` counts them all (absent otherwise, as in snapshot results), so the model
+sees that series were left out, and `details` counts them. The body is streamed and the call
 fails once it passes `target.max_bytes`; `target.timeout_s` bounds the connect, each read and
 the whole call (and is passed to Prometheus as the query's `timeout`).
 
-Results have the snapshot backend's shape and ref texts (`MetricsResult`): each series' `metric`
-is `__name__`, `labels` the other labels (sorted), `unit` inferred from the name's suffix
-(`unit_of`), `points` `[ts, value]` (values int when integral, NaN/Inf dropped) and a summary.
+Results have the snapshot backend's shape and ref texts (`MetricsResult`), series converted by
+`_prom_series`: each series' `metric` is `__name__`, `labels` the other labels (sorted), `unit`
+inferred from the name's suffix (`unit_of`), `points` `[ts, value]` (values int when integral,
+NaN/Inf dropped) and a summary.
 
 Errors: connection refused, timeouts, HTTP 5xx, 401/403, redirects and answers that are not the
 Prometheus API are `BackendUnavailable`; HTTP 400/422 (a query Prometheus refuses: its own error
@@ -36,19 +44,32 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from rootproof.backends.live._prom_series import kept_series, number, unit_of
 from rootproof.backends.query import TimeWindow
 from rootproof.errors import BackendError, BackendQueryError, BackendUnavailable
 from rootproof.scenarios.types import format_timestamp
 from rootproof.targets import PrometheusTarget, TargetCheck, secret_of
 from rootproof.tools.base import BackendResult, QueryMetricsArgs, window_start
-from rootproof.tools.results import MetricsResult, SeriesItem, Window, summary_of
+from rootproof.tools.results import MetricsResult, Window
 
-__all__ = ["MAX_POINTS", "MAX_SERIES", "MIN_STEP_S", "PrometheusBackend", "choose_step", "selector_of", "unit_of"]
+__all__ = [
+    "MAX_GLOB_SERIES",
+    "MAX_POINTS",
+    "MAX_SERIES",
+    "MIN_STEP_S",
+    "PrometheusBackend",
+    "choose_step",
+    "is_glob",
+    "selector_of",
+    "unit_of",
+]
 
 MAX_POINTS = 120
 """Most points one series returns (the step grows with the window to keep under it)."""
 MAX_SERIES = 50
-"""Most series one call returns; the others are counted in `details.series_dropped`."""
+"""Most series one call returns; the others are counted in `total_matches` and `details.series_dropped`."""
+MAX_GLOB_SERIES = 200
+"""Most series a glob may match (instant `count` at `now`) before its range query is refused."""
 MIN_STEP_S = 5
 """The smallest step, seconds: finer than any usual scrape interval buys nothing."""
 STEPS = (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
@@ -58,18 +79,8 @@ MAX_ERROR_CHARS = 500
 
 _METRIC_NAME = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*$")
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_UNITS = (("_seconds", "seconds"), ("_bytes", "bytes"), ("_total", "count"), ("_count", "count"), ("_ratio", "ratio"))
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
-
-
-def unit_of(metric: str) -> str:
-    """The unit a metric's name suffix announces: `_seconds` seconds, `_bytes` bytes, `_total` and
-    `_count` count, `_ratio` ratio; "" otherwise."""
-    for suffix, unit in _UNITS:
-        if metric.endswith(suffix):
-            return unit
-    return ""
 
 
 def _promql_string(value: str) -> str:
@@ -95,6 +106,11 @@ def _glob_regex(glob: str) -> str:
     return "^" + "".join(out) + "$"
 
 
+def is_glob(metric: str) -> bool:
+    """Whether a `metric` argument is a glob (`*`, `?`): a regex `__name__` matcher, counted first."""
+    return "*" in metric or "?" in metric
+
+
 def selector_of(metric: str, labels: Mapping[str, str] | None) -> str:
     """The PromQL selector of a `query_metrics` call; BackendQueryError for an invalid label name."""
     matchers = []
@@ -104,7 +120,7 @@ def selector_of(metric: str, labels: Mapping[str, str] | None) -> str:
                 f"query_metrics: {name[:100]!r} is not a Prometheus label name (letters, digits and _, not starting with a digit)"
             )
         matchers.append(f"{name}={_promql_string((labels or {})[name])}")
-    if "*" in metric or "?" in metric:
+    if is_glob(metric):
         return "{" + ", ".join([f"__name__=~{_promql_string(_glob_regex(metric))}", *matchers]) + "}"
     if not _METRIC_NAME.match(metric):
         return "{" + ", ".join([f"__name__={_promql_string(metric)}", *matchers]) + "}"
@@ -124,17 +140,6 @@ def _unix(ts: datetime) -> str:
     """Unix seconds with milliseconds, exact (`1785000000.123`)."""
     ms = (ts - _EPOCH) // _MS
     return f"{ms // 1000}.{ms % 1000:03d}"
-
-
-def _number(raw: Any) -> int | float | None:
-    """A sample value as a plain number: int when integral, None for NaN, ±Inf and garbage."""
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        return None
-    if not math.isfinite(value):
-        return None
-    return int(value) if value.is_integer() and abs(value) < 2**63 else value
 
 
 def _shown(url: str) -> str:
@@ -194,6 +199,7 @@ class PrometheusBackend:
         promql = selector_of(args.metric, args.labels)
         step = choose_step(window.end - window.start)
         started = time.monotonic()
+        counted = self._count_glob(args, promql, now) if is_glob(args.metric) else None
         data, bytes_read, warnings = self._get(
             "/api/v1/query_range",
             {
@@ -207,9 +213,9 @@ class PrometheusBackend:
         raw = data.get("result") if isinstance(data, dict) else None
         if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(raw, list):
             raise BackendUnavailable(f"{self._where()}: query_range did not answer a matrix")
-        series = sorted(filter(None, (self._series(s) for s in raw)), key=lambda s: (s.metric, sorted(s.labels.items())))
-        kept = series[:MAX_SERIES]
-        result = MetricsResult(window=Window(from_=format_timestamp(window.start), to=format_timestamp(window.end)), series=kept)
+        kept, total = kept_series(raw, MAX_SERIES)
+        shown = Window(from_=format_timestamp(window.start), to=format_timestamp(window.end))
+        result = MetricsResult(window=shown, series=kept, total_matches=total if total > len(kept) else None)
         if not kept:
             result = MetricsResult(
                 window=result.window,
@@ -227,9 +233,10 @@ class PrometheusBackend:
                 "query": promql,
                 "step": f"{step}s",
                 "series": len(kept),
-                "series_total": len(series),
-                "series_dropped": len(series) - len(kept),
-                "series_empty": len(raw) - len(series),
+                "series_total": total,
+                "series_dropped": total - len(kept),
+                "series_empty": len(raw) - total,
+                **({"series_counted": counted} if counted is not None else {}),
                 "points": sum(len(s.points) for s in kept),
                 **({"warnings": warnings} if warnings else {}),
             },
@@ -333,25 +340,26 @@ class PrometheusBackend:
         shown = [_brief(str(w))[:200] for w in warnings[:5]] if isinstance(warnings, list) else []
         return doc["data"], len(body), shown
 
-    @staticmethod
-    def _series(raw: Any) -> SeriesItem | None:
-        """One matrix entry as a result series; None when it has no finite point."""
-        if not isinstance(raw, dict) or not isinstance(raw.get("metric"), dict) or not isinstance(raw.get("values"), list):
-            return None
-        labels = {str(k): str(v) for k, v in raw["metric"].items()}
-        name = labels.pop("__name__", "")
-        points: list[list[Any]] = []
-        for pair in raw["values"]:
-            if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], int | float):
-                continue
-            value = _number(pair[1])
-            if value is None or not math.isfinite(pair[0]):
-                continue
-            points.append([format_timestamp(_EPOCH + timedelta(milliseconds=round(pair[0] * 1000))), value])
-        if not points:
-            return None
-        summary = summary_of([p[1] for p in points])
-        return SeriesItem(metric=name, labels=dict(sorted(labels.items())), unit=unit_of(name), points=points, summary=summary)
+    def _count_glob(self, args: QueryMetricsArgs, promql: str, now: datetime) -> int:
+        """How many series a glob's selector matches at `now` (instant `count`); BackendQueryError over `MAX_GLOB_SERIES`."""
+        data, _, _ = self._get(
+            "/api/v1/query",
+            {"query": f"count({promql})", "time": _unix(now), "timeout": f"{self.target.timeout_s:g}"},
+        )
+        raw = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(raw, list):
+            raise BackendUnavailable(f"{self._where()}: count({promql}) did not answer a vector")
+        value = raw[0].get("value") if raw and isinstance(raw[0], dict) else None
+        count = number(value[1]) if isinstance(value, list) and len(value) == 2 else 0
+        matched = int(count) if count is not None else 0
+        limit = MAX_GLOB_SERIES
+        if matched > limit:
+            raise BackendQueryError(
+                f"{self._where()}: {matched} series match metric '{args.metric}' ({_filters(args)}), more than the "
+                f"{limit} one query_metrics call may read; narrow the metric name (a longer prefix or suffix than "
+                f"'{args.metric}') or add labels (job, instance, …) and ask again"
+            )
+        return matched
 
 
 def _brief(text: str) -> str:
