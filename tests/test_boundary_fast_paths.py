@@ -10,6 +10,7 @@ compares whole boundary outcomes of two trees.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import unicodedata
@@ -24,7 +25,17 @@ from rootproof.backends.live.nginx import line_time
 from rootproof.backends.query import fold
 from rootproof.boundary import provenance, redaction, safety
 from rootproof.tools.refs import enumerate_ref_paths, normalize_text, ref_items, ref_text
-from rootproof.tools.results import InfoResult, LinesResult, LogItem, LogsResult, MetricsResult, SeriesItem, Summary, Window, _plain
+from rootproof.tools.results import (
+    InfoResult,
+    LinesResult,
+    LogItem,
+    LogsResult,
+    MetricsResult,
+    SeriesItem,
+    Summary,
+    Window,
+    _plain,
+)
 
 BUILTIN = Path(__file__).resolve().parents[1] / "src" / "rootproof" / "scenarios" / "builtin"
 DATA = Path(__file__).resolve().parent / "data"
@@ -252,3 +263,14 @@ def test_nginx_time_cache_gives_the_uncached_time() -> None:
         cache: dict[tuple[int, str], Any] = {}
         for _ in range(2):
             assert [line_time(kind, ln, cache) for ln in lines] == [line_time(kind, ln) for ln in lines]
+
+
+def test_canonical_json_is_json_dumps() -> None:
+    from rootproof.tools.refs import canonical_json
+
+    values: list[Any] = [yaml.safe_load(f.read_text(encoding="utf-8")) for f in sorted(BUILTIN.glob("*/snapshot/tool_responses.yaml"))]
+    values += [{"b": 1, "a": [1.5, float("nan"), float("inf"), None, True, "é\u2028\x00\ud800"]}, "x", 3, [], {"z": {"y": [{}]}}]
+    for v in values:
+        assert canonical_json(v) == json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    with pytest.raises(TypeError):
+        canonical_json({1: 2, "a": 3})

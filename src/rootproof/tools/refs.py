@@ -81,9 +81,14 @@ class EvidenceRef:
         return d
 
 
+# What `json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)` builds on every
+# call (an encoder holds no state between calls), built once.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(value: Any) -> str:
     """The one canonical JSON form (sorted keys, compact, UTF-8 kept)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 def fmt_value(value: Any) -> str:
