@@ -73,7 +73,7 @@ def _boundary_call(backend: Any, tool: str, args: dict[str, Any]) -> tuple[float
     ctx = RunContext(session_id="bench-live", scope=ToolScope(allowed_tools=frozenset({tool}), backend="live"), budget=RunBudget())
     ctx.advance(RunState.RUNNING)
     ctx.progress.begin_step()
-    boundary = ToolBoundary(ctx, backends={"runtime": backend}, store=InMemoryCanonicalStore(), sink=MemoryTraceSink(), breaker=CircuitBreaker())
+    boundary = ToolBoundary(ctx, backends={"*": backend}, store=InMemoryCanonicalStore(), sink=MemoryTraceSink(), breaker=CircuitBreaker())
     req = ToolCallRequest(name=tool, arguments=args, step_index=0)
     t0 = time.perf_counter()
     out = boundary.call(req)

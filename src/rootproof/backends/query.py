@@ -27,6 +27,8 @@ _QUERY_TOKEN = re.compile(r'"([^"]*)(?:"|$)|([^\s"]+)')
 
 def fold(text: str) -> str:
     """What matching compares: NFKC, case-folded, whitespace collapsed."""
+    if text.isascii():  # NFKC leaves ASCII as it is, and casefold is lower there
+        return " ".join(text.split()).lower()
     return unicodedata.normalize("NFKC", normalize_text(text).casefold())
 
 

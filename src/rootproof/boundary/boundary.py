@@ -50,8 +50,7 @@ from rootproof.tools.refs import (
     EvidenceRef,
     EvidenceStatus,
     canonical_json,
-    enumerate_ref_paths,
-    ref_text,
+    ref_items,
 )
 
 __all__ = ["CircuitBreaker", "RefusalCode", "ToolBoundary", "ToolCallRequest", "ToolOutcome", "scope_key"]
@@ -422,12 +421,12 @@ class ToolBoundary:
         evidence_status: str | None,
     ) -> None:
         result = redact_value(result)
-        paths = [p for p in enumerate_ref_paths(result)]
-        if not paths and evidence_status != EvidenceStatus.DEDUPLICATED and "no_evidence" not in result:
+        # Each path with its text (`ref_text` of the path, read without parsing the path back).
+        items = ref_items(tool.name, result)
+        if not items and evidence_status != EvidenceStatus.DEDUPLICATED and "no_evidence" not in result:
             result["no_evidence"] = f"{tool.name} found no match for {canonical_json(inv.arguments)}"
         refs: list[EvidenceRef] = []
-        for path in paths:
-            text = ref_text(tool.name, result, path)
+        for path, text in items:
             refs.append(
                 EvidenceRef(
                     raw_path=path,
@@ -446,7 +445,7 @@ class ToolBoundary:
         if evidence_status:
             inv.evidence_status = evidence_status
         else:
-            inv.evidence_status = str(EvidenceStatus.EVIDENCE_FOUND if paths else EvidenceStatus.NO_EVIDENCE)
+            inv.evidence_status = str(EvidenceStatus.EVIDENCE_FOUND if items else EvidenceStatus.NO_EVIDENCE)
         sources = {r.data_source for r in refs} or {data_source}
         inv.data_source = "mock" if "mock" in sources else (data_source if data_source in sources else sorted(sources)[0])
         inv.result_bytes = len(canonical_json(result).encode())

@@ -150,6 +150,14 @@ def untrusted_spans(tool_name: str, text: str) -> tuple[Span, ...]:
 
 
 def _line_spans(line: str) -> list[Span]:
+    if '"' not in line and "=" not in line and "parameters: " not in line:
+        # Every rule but two needs a quote (access and quoted fields, JSON keys, quoted requests)
+        # or `=` (`key=value` fields); the two are an nginx error line's tail and an unquoted
+        # request line, tested here as the full path would.
+        if _NGINX_ERROR.match(line):
+            return _nginx_error_spans(line)
+        if _REQUEST_LINE.search(line) is None:
+            return []
     m = _ACCESS.match(line)
     if m:
         return _access_spans(line, m)

@@ -224,10 +224,15 @@ _PLACEHOLDER = re.compile(
 )
 
 
-def is_secret_key(key: str) -> bool:
-    """True when a dict key or variable name names a secret (`password`, `DB_TOKEN`, `api_key`)."""
+@functools.lru_cache(maxsize=4096)
+def _secret_key(key: str) -> bool:
     k = key.strip().strip("\"'")
     return k.casefold() not in _NOT_SECRET_KEYS and _KEY_FULL.fullmatch(k) is not None
+
+
+def is_secret_key(key: str) -> bool:
+    """True when a dict key or variable name names a secret (`password`, `DB_TOKEN`, `api_key`)."""
+    return _secret_key(key) if type(key) is str else _secret_key.__wrapped__(key)
 
 
 def _keep(value: str) -> bool:
@@ -436,10 +441,29 @@ def _redact_line(line: str, *, gate: bool = True) -> str:
     return line
 
 
+# Results repeat short values (INFO fields, levels, services, label values): each distinct one is
+# redacted once. A pure function of the text, so a cached answer is the answer.
+_CACHE_MAX = 8192
+_CACHE_TEXT = 512
+_cache: dict[str, str] = {}
+
+
 def redact(text: str) -> str:
     """Mask every secret value in the text as `***`, keeping key names, schemes, users and hosts."""
     if not text:
         return text
+    if type(text) is not str or len(text) > _CACHE_TEXT:
+        return _redact(text)
+    done = _cache.get(text)
+    if done is None:
+        done = _redact(text)
+        if len(_cache) >= _CACHE_MAX:
+            _cache.clear()
+        _cache[text] = done
+    return done
+
+
+def _redact(text: str) -> str:
     if "PRIVATE KEY" in text:
         # The key's body, line by line (the line breaks are kept, so are the BEGIN/END markers).
         text = _PEM.sub(lambda m: m.group("pre") + _PEM_LINE.sub(MASK, m.group("v")), text)
@@ -448,21 +472,27 @@ def redact(text: str) -> str:
     return "\n".join(_redact_line(line) for line in text.split("\n"))
 
 
+_NO_TEXT = frozenset({int, float, bool, type(None)})
+"""Values that hold no text: left as they are (unless a secret-like key names them)."""
+
+
 def redact_value(value: Any) -> Any:
     """Redact every string inside plain JSON data; a secret-like key's string or number becomes `***`."""
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, list):
-        return [redact_value(v) for v in value]
+        return [v if type(v) in _NO_TEXT else redact_value(v) for v in value]
     if isinstance(value, dict):
         out: dict[Any, Any] = {}
         for k, v in value.items():
-            secret = (isinstance(v, str) and v and not _keep(v)) or (
-                isinstance(v, int | float) and not isinstance(v, bool)
-            )
-            if secret and isinstance(k, str) and is_secret_key(k) and not (isinstance(v, str) and _path_value(k, v)):
-                out[k] = MASK
-            else:
-                out[k] = redact_value(v)
+            # The checks are pure: the cheap cached key test runs first, the value's after it.
+            if isinstance(k, str) and is_secret_key(k):
+                secret = (isinstance(v, str) and v and not _keep(v)) or (
+                    isinstance(v, int | float) and not isinstance(v, bool)
+                )
+                if secret and not (isinstance(v, str) and _path_value(k, v)):
+                    out[k] = MASK
+                    continue
+            out[k] = v if type(v) in _NO_TEXT else redact_value(v)
         return out
     return value

@@ -64,8 +64,45 @@ def _fold(text: str) -> str:
     return " ".join(folded.split())
 
 
+# The English patterns (the first ten) as one alternation: a search of it finds a match exactly
+# when one of them matches somewhere (no pattern holds a group reference), in one pass.
+_ENGLISH = re.compile("|".join(f"(?:{p.pattern})" for p in _INJECTION[:10]))
+# Every English pattern needs one of these literals in the folded text (`ignore`, `disregard`,
+# `forget`, `override`; `instruction`; `you`; `system prompt`; `must`/`should`; `tell`,
+# `report to`, `inform`; `root cause`); tests/test_boundary_fast_paths.py checks that each pattern
+# holds one, and that the fast path agrees with the full pattern list on every corpus.
+_ENGLISH_WORDS = (
+    "ignore", "disregard", "forget", "override", "instruction", "you", "system prompt",
+    "must", "should", "tell", "report to", "inform", "root cause",
+)
+_CACHE_MAX = 4096
+_CACHE_TEXT = 512
+_cache: dict[str, bool] = {}
+
+
+def _fold_ascii(text: str) -> str:
+    """`_fold` of ASCII text: no format characters or look-alikes, NFKC is the identity, casefold is lower."""
+    return " ".join(text.lower().split())
+
+
+def _detect(text: str) -> bool:
+    if text.isascii():
+        # The Chinese patterns need Chinese characters: only the English ones can match.
+        folded = _fold_ascii(text)
+        return any(w in folded for w in _ENGLISH_WORDS) and _ENGLISH.search(folded) is not None
+    folded = _fold(text)
+    return any(p.search(folded) for p in _INJECTION)
+
+
 def is_instruction_like(text: str) -> bool:
     """True when the text reads as instructions addressed to an AI reader, disguised or not
     (full-width letters, zero-width characters, look-alike letters, Chinese)."""
-    folded = _fold(text)
-    return any(p.search(folded) for p in _INJECTION)
+    if len(text) > _CACHE_TEXT:
+        return _detect(text)
+    found = _cache.get(text)
+    if found is None:
+        found = _detect(text)
+        if len(_cache) >= _CACHE_MAX:
+            _cache.clear()
+        _cache[text] = found
+    return found

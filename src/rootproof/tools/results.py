@@ -23,9 +23,10 @@ nothing matched (the single ref `$.no_evidence`).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = [
@@ -50,8 +51,36 @@ __all__ = [
 Scalar = str | int | float | bool | None
 
 
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _plain(obj: Any) -> Any:
+    """What `dataclasses.asdict` makes of a value (the same containers and copies), without
+    its generic dispatch on every leaf: text, numbers, lists and dicts of them are most results."""
+    kind = type(obj)
+    if kind in _ATOMS:
+        return obj  # deepcopy of an immutable scalar is the scalar itself
+    if kind is list:
+        return [_plain(v) for v in obj]
+    if kind is dict:
+        return {_plain(k): _plain(v) for k, v in obj.items()}
+    names = _FIELD_NAMES.get(kind)
+    if names is None and hasattr(kind, "__dataclass_fields__"):
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in fields(obj))
+    if names is not None:
+        return {name: _plain(getattr(obj, name)) for name in names}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return kind(*[_plain(v) for v in obj])
+    if isinstance(obj, list | tuple):
+        return kind(_plain(v) for v in obj)
+    if isinstance(obj, dict):
+        return kind((_plain(k), _plain(v)) for k, v in obj.items())
+    return copy.deepcopy(obj)
+
+
 def _json(obj: Any) -> dict[str, Any]:
-    data = asdict(obj)
+    data: dict[str, Any] = _plain(obj)
     for key in ("no_evidence", "deduplicated", "total_matches"):  # total_matches: optional only in MetricsResult
         if key in data and data[key] is None:
             del data[key]

@@ -41,6 +41,7 @@ DEFAULT_KEYS: dict[str, tuple[str, ...]] = {
 """Record keys tried, in order, for a field the target's `fields` does not map."""
 STACK_KEYS = ("exception", "exc_info", "stack", "stack_trace", "stacktrace", "traceback")
 """Record fields appended to the message on their own lines."""
+_STACK_SET = frozenset(STACK_KEYS)
 
 _LEVELS = {
     **dict.fromkeys(("trace", "debug", "dbug", "fine", "finer", "finest", "d", "t"), "DEBUG"),
@@ -183,7 +184,7 @@ class LineParser:
 
     def _first(self, record: Mapping[str, Any], name: str) -> tuple[str | None, Any]:
         for key in self._keys[name]:
-            value = _lookup(record, key)
+            value = record[key] if key in record else _lookup(record, key)
             if value is not None and value != "":
                 return key, value
         return None, None
@@ -204,8 +205,8 @@ class LineParser:
         if service is None:
             service = labels.get(service_label) or self._service
         used = {k for k in (ts_key, level_key, message_key, service_key) if k}
-        extras = [_pair(k, v) for k, v in data.items() if k not in used and k not in STACK_KEYS and v not in (None, "")]
-        stacks = [_text(data[k]) for k in STACK_KEYS if data.get(k) not in (None, "", False)]
+        extras = [_pair(k, v) for k, v in data.items() if k not in used and k not in _STACK_SET and v not in (None, "")]
+        stacks = [_text(data[k]) for k in STACK_KEYS if data.get(k) not in (None, "", False)] if not _STACK_SET.isdisjoint(data) else []
         text = " ".join(([_text(message)] if message is not None else []) + extras)
         if stacks:
             text = "\n".join([text, *stacks]) if text else "\n".join(stacks)

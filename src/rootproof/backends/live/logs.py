@@ -47,7 +47,7 @@ COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
 """Rotated files with these suffixes are skipped (they cannot be read from the end)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)  # not frozen: one is made per line read, and frozen init costs
 class _Entry:
     record: Record
     source: str
@@ -237,7 +237,8 @@ class LogsBackend:
             info["bytes_read"] += tail.bytes_read
             info["lines"] += len(tail.lines)
             info["unparsed"] += parsed.unparsed
-            entries.extend(_Entry(record=r, source=path.name, scope=t.scope, target=t.name) for r in parsed.records)
+            name = path.name
+            entries.extend([_Entry(record=r, source=name, scope=t.scope, target=t.name) for r in parsed.records])
             if tail.truncated:
                 info["truncated"] = True
                 break

@@ -59,24 +59,42 @@ _STATUS = (
 _INCLUDE = re.compile(r"^\s*include\s+([^;#]+);")
 
 
-def line_time(kind: str, text: str) -> datetime | None:
-    """The time nginx wrote on an error_log or access_log line (UTC); None if it carries none."""
+def line_time(kind: str, text: str, cache: dict[tuple[int, str], datetime | None] | None = None) -> datetime | None:
+    """The time nginx wrote on an error_log or access_log line (UTC); None if it carries none.
+
+    `cache`: the times already converted in this call, by the text of the time (a log's lines
+    share their seconds; a local-time conversion costs more than the rest of the line)."""
+    if kind == "error_log":
+        m = _ERROR_TS.match(text)
+        branch = 0
+    elif m := _ACCESS_TS.search(text):
+        branch = 1
+    else:
+        m = _ISO_TS.search(text)
+        branch = 2
+    if m is None:
+        return None
+    if cache is None:
+        return _convert(branch, m)
+    key = (branch, m.group(0))
+    if key not in cache:
+        cache[key] = _convert(branch, m)
+    return cache[key]
+
+
+def _convert(branch: int, m: re.Match[str]) -> datetime | None:
     try:
-        if kind == "error_log":
-            if m := _ERROR_TS.match(text):
-                y, mo, d, h, mi, s = (int(g) for g in m.groups())
-                return datetime(y, mo, d, h, mi, s).astimezone().astimezone(UTC)  # local time, as nginx writes it
-            return None
-        if m := _ACCESS_TS.search(text):
+        if branch == 0:
+            y, mo, d, h, mi, s = (int(g) for g in m.groups())
+            return datetime(y, mo, d, h, mi, s).astimezone().astimezone(UTC)  # local time, as nginx writes it
+        if branch == 1:
             day, mon, year, hh, mm, ss, sign, oh, om = m.groups()
             offset = timedelta(hours=int(oh), minutes=int(om))
             tz = timezone(-offset if sign == "-" else offset)
             return datetime(int(year), _MONTHS[mon], int(day), int(hh), int(mm), int(ss), tzinfo=tz).astimezone(UTC)
-        if m := _ISO_TS.search(text):
-            return datetime.fromisoformat(m.group(0)).astimezone(UTC)
+        return datetime.fromisoformat(m.group(0)).astimezone(UTC)
     except (KeyError, ValueError, OverflowError):
         return None
-    return None
 
 
 def access_line_fits(access_format: str, line: str) -> bool:
@@ -196,8 +214,9 @@ class NginxBackend:
             query = parse_query(args.query)
             last: datetime | None = None
             unparsed = mismatch = 0
+            times: dict[tuple[int, str], datetime | None] = {}
             for line in tail.lines:
-                ts = line_time(args.kind, line)
+                ts = line_time(args.kind, line, times)
                 if ts is None:
                     if last is None:
                         unparsed += 1
