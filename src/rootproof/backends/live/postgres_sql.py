@@ -24,6 +24,7 @@ __all__ = [
     "CHECK_SQL",
     "DATABASE_STATS",
     "LOCKS",
+    "LOG_SQL",
     "MAX_QUERY_CHARS",
     "MAX_ROWS",
     "OWN_SETTINGS",
@@ -97,9 +98,17 @@ Never settings that can hold secrets (primary_conninfo, archive_command, restore
 
 SESSION_SQL = """
 SELECT current_setting('transaction_read_only') AS ro, current_setting('default_transaction_read_only') AS dro,
-       (SELECT setting FROM pg_settings WHERE name = 'statement_timeout') AS st, current_setting('log_timezone') AS tz
+       (SELECT setting FROM pg_settings WHERE name = 'statement_timeout') AS st,
+       (SELECT reset_val FROM pg_settings WHERE name = 'statement_timeout') AS st0, current_setting('log_timezone') AS tz
 """
-"""What the session must show before its first statement (read-only, the statement timeout in ms)."""
+"""Run first in every transaction, after `SET LOCAL statement_timeout`: the transaction must be
+read-only (`ro`) with the timeout in ms (`st`); `dro` and `st0` (the session's own value) show
+whether the startup options took effect (a pooler may drop them)."""
+
+LOG_SQL = """
+SELECT pg_current_logfile() AS f, current_setting('data_directory') AS d, current_setting('log_directory') AS ld
+"""
+"""The server's current log file and where its log files live (`log_directory` may be relative)."""
 
 CHECK_SQL = """
 SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements') AS ext,
