@@ -1,24 +1,22 @@
 """The live PostgreSQL backend: `inspect_postgres`, every call one read-only transaction.
 
-One connection per target, opened lazily, guarded by a lock (waited for at most a call's own
-bound, then "busy") and reopened after a failure. Each call runs in `BEGIN READ ONLY` with
-`SET LOCAL statement_timeout` and checks `transaction_read_only` inside that transaction
-before anything else, so nothing depends on session state: behind a pooler in transaction
-mode no setting leaks to other clients and no statement runs outside a read-only transaction.
-The startup `options` are still sent; `targets check` warns when they did not take effect.
-Connect parameters, the per-call watchdog (cancel, then shut the socket, after timeout_s plus
-a slack) and where the server log may be found are in `postgres_session`; what each kind
-reads is in `postgres_sql` (SQL) and `postgres_log` (the server log). Results have the
-snapshot backend's shapes, ref texts, query semantics and no-evidence wording, with
-`data_source: live:<target>`.
+One connection per target, opened lazily, reopened after a failure, guarded by a lock waited
+for at most one call's bound ("busy" after that). Each call is `BEGIN READ ONLY` with `SET
+LOCAL statement_timeout`, `transaction_read_only` checked inside it first: no session state,
+so behind a pooler in transaction mode nothing leaks to other clients. The startup `options`
+are still sent (`targets check` warns when they did not take effect). Connect parameters, the
+watchdog and log discovery are in `postgres_session`, the SQL in `postgres_sql`, the log in
+`postgres_log`. Results have the snapshot backend's shapes, ref texts and no-evidence wording.
 
 Errors are mapped here: a failed connect (refused, authentication, timeout), a statement
-timeout or a lost connection is `BackendUnavailable`; an answered but failed statement
-(missing view or function, privileges) or an unreadable log file is `BackendQueryError`.
+timeout, a call past its bound or a lost connection is `BackendUnavailable`; an answered but
+failed statement (missing view or function, privileges) or an unreadable log file is
+`BackendQueryError`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -35,8 +33,8 @@ from psycopg.rows import dict_row
 from pydantic import BaseModel, ValidationError
 
 from rootproof.backends.live import postgres_sql as q
-from rootproof.backends.live.postgres_log import open_regular, parse_records, read_tail, zone_of
-from rootproof.backends.live.postgres_session import Watchdog, connect_params, log_file, on_this_host, shut
+from rootproof.backends.live.postgres_log import in_window, open_regular, parse_records, read_tail, zone_of
+from rootproof.backends.live.postgres_session import Watchdog, connect_params, discover_log, masked_dsn, shut
 from rootproof.backends.query import TimeWindow, order_matches, parse_query
 from rootproof.errors import BackendError, BackendQueryError, BackendUnavailable, ConfigError
 from rootproof.scenarios.types import format_timestamp
@@ -57,14 +55,6 @@ _Conn = psycopg.Connection[dict[str, Any]]
 
 class _NotReadOnly(BackendUnavailable):
     """The session could not be made read-only: nothing is run on it."""
-
-
-def masked_dsn(params: Mapping[str, Any]) -> str:
-    """A connection string for messages: `postgresql://user@host:port/dbname`, never a password."""
-    user = params.get("user") or ""
-    host = params.get("host") or params.get("hostaddr") or "localhost"
-    port = params.get("port") or "5432"
-    return f"postgresql://{user + '@' if user else ''}{host}:{port}/{params.get('dbname') or user or ''}"
 
 
 class PostgresBackend:
@@ -137,8 +127,7 @@ class PostgresBackend:
                 self._active = conn
                 return work()
         except psycopg.Error as exc:
-            if dog.fired:
-                self._drop()
+            if dog.fired:  # the connection is dropped below
                 raise BackendUnavailable(
                     f"{self._where()}: no answer within {self._deadline_s:g} s; the call was cancelled and its connection closed"
                 ) from None
@@ -154,7 +143,7 @@ class PostgresBackend:
             raise BackendError("postgres backend: a statement outside a call's transaction")
         return self._active
 
-    def _session(self) -> psycopg.Connection[dict[str, Any]]:
+    def _session(self) -> _Conn:
         """The open session (connects on first use and after a failure). Call with the lock held."""
         if self._conn is not None and (self._conn.closed or self._conn.broken):
             self._drop()
@@ -170,10 +159,8 @@ class PostgresBackend:
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            try:
+            with contextlib.suppress(psycopg.Error):
                 conn.close()
-            except psycopg.Error:
-                pass
 
     def _mapped(self, exc: psycopg.Error) -> BackendError:
         """The rootproof error for a driver error raised by a statement."""
@@ -321,31 +308,12 @@ class PostgresBackend:
     # -- the server log ----------------------------------------------------------------------------
 
     def _log_path(self) -> tuple[Path | None, str]:
-        """The log file and, when there is none, why: the target's `log`, else pg_current_logfile()
-        when the server runs on this host (unix socket or loopback) and names a regular file under
-        its log_directory. Inside `_run` unless the target has `log`."""
+        """The log file (or None and why): the target's `log`, else what `discover_log` finds (a local
+        server's regular file under its log_directory). Inside `_run` unless the target has `log`."""
         if self._target.log is not None:
             return self._target.log, ""
         if self._found_log is None:
-            conn = self._tx()
-            local, host = on_this_host(conn)
-            if not local:
-                self._found_log = (
-                    None,
-                    f"; the target {self._target.name} has no log configured and its server ({host}) is not on this host:"
-                    " set `log:` for the target to read its server log",
-                )
-                return self._found_log
-            try:
-                with conn.transaction():
-                    row = conn.execute(q.LOG_SQL).fetchone() or {}
-            except pgerr.InsufficientPrivilege:
-                self._found_log = (
-                    None,
-                    f"; the target {self._target.name} has no log configured and may not call pg_current_logfile(): set `log:` for the target",
-                )
-            else:
-                self._found_log = log_file(row, self._target.name)
+            self._found_log = discover_log(self._tx(), self._target.name)
         return self._found_log
 
     def _log(self, args: InspectPostgresArgs, now: datetime) -> tuple[LinesResult, int, int]:
@@ -361,19 +329,7 @@ class PostgresBackend:
             except BackendQueryError as exc:
                 raise BackendQueryError(f"{self._where()}: cannot read the server log: {exc}") from None
             records = parse_records(text, at_start=at_start, default_tz=self._log_tz)
-        query = parse_query(args.query)
-        candidates = []
-        undated = 0
-        for r in records:
-            if r.ts is None:  # a record without a time can never be shown to be in the window
-                undated += 1
-                continue
-            if r.ts not in window:
-                continue
-            body = r.text
-            score = 0 if query.empty else query.score(body)
-            if query.empty or score:
-                candidates.append((score, r.ts, body))
+        candidates, undated = in_window(records, window, parse_query(args.query))
         ordered = order_matches(candidates)
         page = ordered[args.offset : args.offset + args.limit]
         no_evidence = None
@@ -413,8 +369,7 @@ class PostgresBackend:
             self._lock.release()
         if path is not None:
             try:
-                with open_regular(path):
-                    pass
+                open_regular(path).close()
             except OSError as exc:
                 warnings.append(f"the server log {path} is not readable: {exc.strerror or exc}")
             except BackendQueryError as exc:
@@ -428,15 +383,7 @@ class PostgresBackend:
                 "the startup options (default_transaction_read_only, statement_timeout) did not take effect"
                 " (behind a pooler?): rootproof still runs every call in a read-only transaction with a local statement_timeout"
             )
-        row = self._tx().execute(q.CHECK_SQL).fetchone() or {}
-        if not row.get("ext"):
-            warnings.append(f"pg_stat_statements is not installed in database {row.get('db')}: kind=top_queries finds nothing")
-        elif "pg_stat_statements" not in str(row.get("spl") or ""):
-            warnings.append("pg_stat_statements is not in shared_preload_libraries: kind=top_queries finds nothing")
-        if not row.get("su") and not row.get("stats"):
-            warnings.append(
-                f"role {row.get('me')} is neither superuser nor a member of pg_read_all_stats: other sessions' queries are hidden"
-            )
+        warnings += q.check_warnings(self._tx().execute(q.CHECK_SQL).fetchone() or {})
         path, why = self._log_path()
         if path is None:
             warnings.append(why.lstrip("; ") + ": kind=log finds nothing")

@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from rootproof.backends.query import TextQuery, TimeWindow
 from rootproof.errors import BackendQueryError
 
-__all__ = ["CONTINUATIONS", "LogRecord", "jsonlog_record", "line_timestamp", "open_regular", "parse_records", "read_tail", "zone_of"]
+__all__ = ["CONTINUATIONS", "LogRecord", "in_window", "jsonlog_record", "line_timestamp", "open_regular", "parse_records", "read_tail", "zone_of"]
 
 CONTINUATIONS = frozenset({"DETAIL", "HINT", "QUERY", "CONTEXT", "STATEMENT", "LOCATION"})
 """Severities of the lines that continue the record before them (same process)."""
@@ -196,6 +197,22 @@ def parse_records(text: str, *, at_start: bool = True, default_tz: tzinfo = UTC)
         while r.lines and not r.lines[-1].strip():
             r.lines.pop()
     return [r for r in records if r.lines]
+
+
+def in_window(records: list[LogRecord], window: TimeWindow, query: TextQuery) -> tuple[list[tuple[int, datetime, str]], int]:
+    """`(score, ts, text)` of the records in `window` that match `query`, and how many records had
+    no timestamp (they never pass a window: their time is unknown)."""
+    matches: list[tuple[int, datetime, str]] = []
+    undated = 0
+    for r in records:
+        if r.ts is None:
+            undated += 1
+        elif r.ts in window:
+            body = r.text
+            score = 0 if query.empty else query.score(body)
+            if query.empty or score:
+                matches.append((score, r.ts, body))
+    return matches, undated
 
 
 def _first_timestamp(block: bytes, skip_first: bool, default_tz: tzinfo) -> datetime | None:

@@ -25,8 +25,19 @@ from types import TracebackType
 from typing import Any
 
 import psycopg
+from psycopg import errors as pgerr
 
-__all__ = ["Watchdog", "connect_params", "log_file", "on_this_host", "shut"]
+from rootproof.backends.live.postgres_sql import LOG_SQL
+
+__all__ = ["Watchdog", "connect_params", "discover_log", "log_file", "masked_dsn", "on_this_host", "shut"]
+
+
+def masked_dsn(params: Mapping[str, Any]) -> str:
+    """A connection string for messages: `postgresql://user@host:port/dbname`, never a password."""
+    user = params.get("user") or ""
+    host = params.get("host") or params.get("hostaddr") or "localhost"
+    port = params.get("port") or "5432"
+    return f"postgresql://{user + '@' if user else ''}{host}:{port}/{params.get('dbname') or user or ''}"
 
 
 def connect_params(params: Mapping[str, Any], password: str | None, timeout_s: float) -> dict[str, Any]:
@@ -145,3 +156,20 @@ def log_file(row: Mapping[str, Any], target: str) -> tuple[Path | None, str]:
     if not stat.S_ISREG(mode):
         return None, f"; pg_current_logfile() names {path}, not a regular file: set `log:` for the target {target}"
     return real, ""
+
+
+def discover_log(conn: psycopg.Connection[Any], target: str) -> tuple[Path | None, str]:
+    """The server log found through pg_current_logfile() on `conn` (inside a transaction; a
+    refusal rolls back only its savepoint), when the server runs on this host; else None and why."""
+    local, host = on_this_host(conn)
+    if not local:
+        return None, (
+            f"; the target {target} has no log configured and its server ({host}) is not on this host:"
+            " set `log:` for the target to read its server log"
+        )
+    try:
+        with conn.transaction():
+            row = conn.execute(LOG_SQL).fetchone() or {}
+    except pgerr.InsufficientPrivilege:
+        return None, f"; the target {target} has no log configured and may not call pg_current_logfile(): set `log:` for the target"
+    return log_file(row if isinstance(row, Mapping) else {}, target)

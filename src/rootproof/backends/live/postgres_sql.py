@@ -37,6 +37,7 @@ __all__ = [
     "STATEMENT_TIMEOUT_DB",
     "STATEMENT_TIMEOUT_FILE",
     "TOP_QUERIES",
+    "check_warnings",
     "plain",
     "plain_row",
 ]
@@ -285,3 +286,17 @@ def plain(value: Any) -> Any:
 def plain_row(row: dict[str, Any]) -> dict[str, Any]:
     """A result row with every value made plain (`plain`)."""
     return {str(k): plain(v) for k, v in row.items()}
+
+
+def check_warnings(row: dict[str, Any]) -> list[str]:
+    """`targets check` warnings from a `CHECK_SQL` row: pg_stat_statements, and the role's view of other sessions."""
+    warnings: list[str] = []
+    if not row.get("ext"):
+        warnings.append(f"pg_stat_statements is not installed in database {row.get('db')}: kind=top_queries finds nothing")
+    elif "pg_stat_statements" not in str(row.get("spl") or ""):
+        warnings.append("pg_stat_statements is not in shared_preload_libraries: kind=top_queries finds nothing")
+    if not row.get("su") and not row.get("stats"):
+        warnings.append(
+            f"role {row.get('me')} is neither superuser nor a member of pg_read_all_stats: other sessions' queries are hidden"
+        )
+    return warnings
