@@ -68,7 +68,7 @@ def cluster() -> Iterator[Cluster]:
             conf.write(
                 f"port = {p1}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{base}'\n"
                 "shared_preload_libraries = 'pg_stat_statements'\nlogging_collector = on\n"
-                "log_directory = 'log'\nlog_filename = 'postgresql.log'\nwal_level = replica\n"
+                "log_directory = 'log'\nlog_filename = 'postgresql.log'\nlog_destination = 'stderr,jsonlog'\nlog_line_prefix = '%m [%p] %q%u@%d '\nwal_level = replica\n"
                 "max_wal_senders = 4\nfsync = off\nlog_timezone = 'UTC'\n"
             )
         _as_postgres(str(BIN / "pg_ctl"), "-D", str(primary), "-l", str(base / "primary.out"), "-w", "start")
@@ -171,7 +171,7 @@ def test_a_log_file_named_outside_log_directory_is_never_read(cluster: Cluster, 
     tmp_path.chmod(0o755)
     with psycopg.connect(cluster.primary, autocommit=True) as conn:
         data = str((conn.execute("SHOW data_directory").fetchone() or [""])[0])
-        saved = str((conn.execute("SELECT pg_read_file('current_logfiles')").fetchone() or [""])[0]).strip()
+        saved = str((conn.execute("SELECT pg_read_file('current_logfiles')").fetchone() or [""])[0]).split()
         # A database superuser (or anyone who can write the data directory) names any local file.
         conn.execute(sql.SQL("COPY (SELECT {}) TO {}").format(sql.Literal(f"stderr {secret}"), sql.Literal(f"{data}/current_logfiles")))
     backend = _backend(cluster.primary)
@@ -183,7 +183,12 @@ def test_a_log_file_named_outside_log_directory_is_never_read(cluster: Cluster, 
     finally:
         backend.close()
         with psycopg.connect(cluster.primary, autocommit=True) as conn:
-            conn.execute(sql.SQL("COPY (SELECT {}) TO {}").format(sql.Literal(saved), sql.Literal(f"{data}/current_logfiles")))
+            rows = sql.SQL(" UNION ALL ").join(
+                sql.SQL("SELECT {}, {}").format(sql.Literal(i), sql.Literal(f"{kind} {name}"))
+                for i, (kind, name) in enumerate(zip(saved[::2], saved[1::2], strict=True))
+            )
+            restore = sql.SQL("COPY (SELECT line FROM ({}) AS r(n, line) ORDER BY n) TO {}")
+            conn.execute(restore.format(rows, sql.Literal(f"{data}/current_logfiles")))
 
 
 def test_the_log_of_a_server_on_another_host_is_not_looked_for_here(cluster: Cluster) -> None:
@@ -205,3 +210,25 @@ def test_the_log_of_a_server_on_another_host_is_not_looked_for_here(cluster: Clu
     finally:
         backend.close()
         proxy.close()
+
+
+def test_a_real_jsonlog_reads_as_the_stderr_log_does(cluster: Cluster) -> None:
+    with psycopg.connect(cluster.primary, autocommit=True, application_name="json-job") as conn:
+        data = str((conn.execute("SHOW data_directory").fetchone() or [""])[0])
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            conn.execute("SELECT 1/0 AS json_report")
+    stderr_log, json_log = _backend(cluster.primary), PostgresBackend(
+        PostgresTarget(name="users-db", kind="postgres", dsn=cluster.primary, log=Path(data) / "log" / "postgresql.json"), environ={}
+    )
+    try:
+        plain: list[str] = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not plain:
+            plain = _call(stderr_log, kind="log", query="json_report", since="10m").json()["lines"]
+            time.sleep(0.1)
+        lines = _call(json_log, kind="log", query="json_report", since="10m").json()["lines"]
+        assert lines == plain  # the same record text from either destination (Debian's log_line_prefix)
+        assert "ERROR:  division by zero" in lines[0] and lines[0].splitlines()[-1].endswith("STATEMENT:  SELECT 1/0 AS json_report")
+    finally:
+        stderr_log.close()
+        json_log.close()
