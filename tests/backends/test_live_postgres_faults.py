@@ -153,6 +153,8 @@ def test_a_frozen_server_is_unavailable_within_bounded_time(dsn: str) -> None:
     backend = _backend(make_conninfo(dsn, host="127.0.0.1", port=str(proxy.port)), timeout_s=2)
     try:
         _call(backend, kind="database_stats")
+        opts = {o.keyword: o.val for o in backend._session().pgconn.info}
+        assert opts[b"keepalives"] == b"1" and opts[b"tcp_user_timeout"] == b"2000" and opts[b"keepalives_idle"] == b"2"
         proxy.frozen.set()
         started = time.monotonic()
         finished, box = _in_thread(lambda: _call(backend, kind="database_stats"), 3 * 2)

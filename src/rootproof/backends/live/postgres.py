@@ -118,10 +118,10 @@ class PostgresBackend:
         """`work` inside one read-only transaction on the session, bounded by the watchdog.
         Call with the lock held; driver errors come out mapped."""
         conn = self._session()
-        if conn.info.transaction_status != TransactionStatus.IDLE:
-            conn.rollback()  # never continue a transaction this call did not begin
         dog = Watchdog(conn, after_s=self._deadline_s, cancel_s=self._cancel_s)
         try:
+            if conn.info.transaction_status != TransactionStatus.IDLE:
+                conn.rollback()  # never continue a transaction this call did not begin
             with dog, conn.transaction():
                 self._begin(conn)
                 self._active = conn
