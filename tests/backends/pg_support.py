@@ -1,4 +1,5 @@
-"""Helpers for the live PostgreSQL backend tests: a private database, a real row lock, a log file.
+"""Helpers for the live PostgreSQL backend tests: a private database, a real row lock, a log file,
+a freezable TCP relay.
 
 The server is `ROOTPROOF_TEST_PG_URL` (default `postgresql+psycopg://postgres@127.0.0.1:5432/test`,
 as in conftest.py); without it the tests skip, or fail under `ROOTPROOF_REQUIRE_SERVICES=1`.
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import select
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -129,3 +132,52 @@ def write_server_log(path: Path, now: datetime | None = None) -> list[str]:
     ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return lines
+
+
+class FreezableProxy:
+    """A TCP relay on `bind` to `upstream` that can be frozen: while `frozen` is set it accepts
+    connections and holds every byte (a server or link that stops answering, sockets still open)."""
+
+    def __init__(self, upstream: tuple[str, int], bind: str = "127.0.0.1") -> None:
+        self.upstream = upstream
+        self.frozen = threading.Event()
+        self._stop = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._server = socket.create_server((bind, 0))
+        self.host, self.port = bind, int(self._server.getsockname()[1])
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._server.accept()
+                up = socket.create_connection(self.upstream, timeout=5)
+            except OSError:
+                return
+            self._sockets += [client, up]
+            threading.Thread(target=self._pump, args=(client, up), daemon=True).start()
+
+    def _pump(self, client: socket.socket, up: socket.socket) -> None:
+        peers = {client: up, up: client}
+        try:
+            while not self._stop.is_set():
+                ready, _, _ = select.select(list(peers), [], [], 0.05)
+                if self.frozen.is_set():
+                    continue
+                for sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    peers[sock].sendall(data)
+        except OSError:
+            return
+        finally:
+            client.close()
+            up.close()
+
+    def close(self) -> None:
+        """Stop relaying and close every socket."""
+        self._stop.set()
+        self._server.close()
+        for sock in self._sockets:
+            sock.close()

@@ -88,17 +88,22 @@ def test_a_lock_queue_shows_each_waiter_and_each_blocker(dsn: str) -> None:
     assert rows[0]["granted"] is False and rows[1]["granted"] is False  # waits first
 
 
-def test_the_session_is_read_only_with_a_statement_timeout(dsn: str) -> None:
+def test_every_transaction_is_read_only_with_a_local_statement_timeout(dsn: str) -> None:
     backend = _backend(dsn, timeout_s=3)
     try:
         _call(backend, kind="database_stats")
         conn = backend._session()
-        with pytest.raises(pgerr.ReadOnlySqlTransaction):
+        assert conn.read_only is True and conn.autocommit is False
+        with pytest.raises(pgerr.ReadOnlySqlTransaction), conn.transaction():
             conn.execute("INSERT INTO merchant_balances VALUES (1, 1)")
-        row = conn.execute("SELECT current_setting('statement_timeout') AS st, current_setting('application_name') AS app").fetchone()
-        assert row == {"st": "3s", "app": "rootproof"}
+        with conn.transaction():
+            row = conn.execute("SELECT current_setting('statement_timeout') AS st, current_setting('application_name') AS app").fetchone()
+        assert row == {"st": "3s", "app": "rootproof"}  # the startup options, honoured by a direct connection
         check = backend.check()
         assert check.usable and check.problem is None
+        assert not any("startup options" in w for w in check.warnings)
+        _call(backend, kind="settings")
+        assert conn.info.transaction_status.name == "IDLE"  # no transaction is left open after a call
     finally:
         backend.close()
         backend.close()  # idempotent

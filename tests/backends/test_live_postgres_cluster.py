@@ -1,9 +1,11 @@
 """The live PostgreSQL backend on a private primary and streaming standby started for this module
 (PostgreSQL 15 binaries, tmp folder, free ports, stopped afterwards): pg_stat_statements preloaded,
-replication from both sides, and the server log found through pg_current_logfile()."""
+replication from both sides, the server log found through pg_current_logfile() (and refused
+when it names a file outside log_directory or the server is not on this host)."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import pwd
 import shutil
@@ -18,11 +20,14 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from conftest import _unavailable
 from rootproof.backends.live.postgres import PostgresBackend
 from rootproof.targets import PostgresTarget
 from rootproof.tools.base import BackendResult, InspectPostgresArgs
+
+from .pg_support import FreezableProxy
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -63,7 +68,7 @@ def cluster() -> Iterator[Cluster]:
             conf.write(
                 f"port = {p1}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{base}'\n"
                 "shared_preload_libraries = 'pg_stat_statements'\nlogging_collector = on\n"
-                "log_directory = 'log'\nlog_filename = 'postgresql.log'\nwal_level = replica\n"
+                "log_directory = 'log'\nlog_filename = 'postgresql.log'\nlog_destination = 'stderr,jsonlog'\nlog_line_prefix = '%m [%p] %q%u@%d '\nwal_level = replica\n"
                 "max_wal_senders = 4\nfsync = off\nlog_timezone = 'UTC'\n"
             )
         _as_postgres(str(BIN / "pg_ctl"), "-D", str(primary), "-l", str(base / "primary.out"), "-w", "start")
@@ -153,3 +158,77 @@ def test_the_log_is_found_through_pg_current_logfile(cluster: Cluster) -> None:
         assert not any("log" in w for w in backend.check().warnings)
     finally:
         backend.close()
+
+
+def _primary_port(cluster: Cluster) -> int:
+    return int(cluster.primary.rsplit(":", 1)[1].split("/")[0])
+
+
+def test_a_log_file_named_outside_log_directory_is_never_read(cluster: Cluster, tmp_path: Path) -> None:
+    secret = tmp_path / "local_secret.txt"
+    secret.write_text("2026-11-30 07:00:00.000 UTC [1] LOG:  api-token=local-secret-4471\n")
+    secret.chmod(0o644)
+    tmp_path.chmod(0o755)
+    with psycopg.connect(cluster.primary, autocommit=True) as conn:
+        data = str((conn.execute("SHOW data_directory").fetchone() or [""])[0])
+        saved = str((conn.execute("SELECT pg_read_file('current_logfiles')").fetchone() or [""])[0]).split()
+        # A database superuser (or anyone who can write the data directory) names any local file.
+        conn.execute(sql.SQL("COPY (SELECT {}) TO {}").format(sql.Literal(f"stderr {secret}"), sql.Literal(f"{data}/current_logfiles")))
+    backend = _backend(cluster.primary)
+    try:
+        out = _call(backend, kind="log", query="local-secret-4471", since="7d").json()
+        assert out["lines"] == [] and "not under the server's log_directory" in out["no_evidence"]
+        assert "set `log:` for the target users-db" in out["no_evidence"]
+        assert any("log_directory" in w for w in backend.check().warnings)
+    finally:
+        backend.close()
+        with psycopg.connect(cluster.primary, autocommit=True) as conn:
+            rows = sql.SQL(" UNION ALL ").join(
+                sql.SQL("SELECT {}, {}").format(sql.Literal(i), sql.Literal(f"{kind} {name}"))
+                for i, (kind, name) in enumerate(zip(saved[::2], saved[1::2], strict=True))
+            )
+            restore = sql.SQL("COPY (SELECT line FROM ({}) AS r(n, line) ORDER BY n) TO {}")
+            conn.execute(restore.format(rows, sql.Literal(f"{data}/current_logfiles")))
+
+
+def test_the_log_of_a_server_on_another_host_is_not_looked_for_here(cluster: Cluster) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: this picks the outgoing interface
+            addr = probe.getsockname()[0]
+        except OSError:
+            addr = "127.0.0.1"
+    if ipaddress.ip_address(addr).is_loopback:
+        pytest.skip("this host has no non-loopback IPv4 address to reach the cluster through")
+    proxy = FreezableProxy(("127.0.0.1", _primary_port(cluster)), bind=addr)  # the server as a remote host
+    backend = _backend(f"postgresql://postgres@{addr}:{proxy.port}/postgres")
+    try:
+        out = _call(backend, kind="log", since="1h").json()
+        assert out["lines"] == [] and f"its server ({addr}) is not on this host" in out["no_evidence"]
+        assert "set `log:` for the target" in out["no_evidence"]
+        assert any("is not on this host" in w for w in backend.check().warnings)
+    finally:
+        backend.close()
+        proxy.close()
+
+
+def test_a_real_jsonlog_reads_as_the_stderr_log_does(cluster: Cluster) -> None:
+    with psycopg.connect(cluster.primary, autocommit=True, application_name="json-job") as conn:
+        data = str((conn.execute("SHOW data_directory").fetchone() or [""])[0])
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            conn.execute("SELECT 1/0 AS json_report")
+    stderr_log, json_log = _backend(cluster.primary), PostgresBackend(
+        PostgresTarget(name="users-db", kind="postgres", dsn=cluster.primary, log=Path(data) / "log" / "postgresql.json"), environ={}
+    )
+    try:
+        plain: list[str] = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not plain:
+            plain = _call(stderr_log, kind="log", query="json_report", since="10m").json()["lines"]
+            time.sleep(0.1)
+        lines = _call(json_log, kind="log", query="json_report", since="10m").json()["lines"]
+        assert lines == plain  # the same record text from either destination (Debian's log_line_prefix)
+        assert "ERROR:  division by zero" in lines[0] and lines[0].splitlines()[-1].endswith("STATEMENT:  SELECT 1/0 AS json_report")
+    finally:
+        stderr_log.close()
+        json_log.close()

@@ -1,37 +1,40 @@
-"""The live PostgreSQL backend: `inspect_postgres` over one read-only session.
+"""The live PostgreSQL backend: `inspect_postgres`, every call one read-only transaction.
 
-One connection per target, opened lazily, guarded by a lock and reopened after a failure. It
-is opened with `options='-c default_transaction_read_only=on -c statement_timeout=…'`,
-`connect_timeout` and `application_name=rootproof`, in autocommit (no transaction is ever
-left open), and both settings are verified before the first statement. What each kind reads is
-in `postgres_sql` (SQL) and `postgres_log` (the server log). Results have the snapshot
-backend's shapes, ref texts, query semantics and no-evidence wording, with
-`data_source: live:<target>`.
+One connection per target, opened lazily, reopened after a failure, guarded by a lock waited
+for at most one call's bound ("busy" after that). Each call is `BEGIN READ ONLY` with `SET
+LOCAL statement_timeout`, `transaction_read_only` checked inside it first: no session state,
+so behind a pooler in transaction mode nothing leaks to other clients. The startup `options`
+are still sent (`targets check` warns when they did not take effect). Connect parameters, the
+watchdog and log discovery are in `postgres_session`, the SQL in `postgres_sql`, the log in
+`postgres_log`. Results have the snapshot backend's shapes, ref texts and no-evidence wording.
 
 Errors are mapped here: a failed connect (refused, authentication, timeout), a statement
-timeout or a lost connection is `BackendUnavailable`; an answered but failed statement
-(missing view or function, privileges) or an unreadable log file is `BackendQueryError`.
+timeout, a call past its bound or a lost connection is `BackendUnavailable`; an answered but
+failed statement (missing view or function, privileges) or an unreadable log file is
+`BackendQueryError`.
 """
 
 from __future__ import annotations
 
-import math
+import contextlib
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import psycopg
 from psycopg import errors as pgerr
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from pydantic import BaseModel, ValidationError
 
 from rootproof.backends.live import postgres_sql as q
-from rootproof.backends.live.postgres_log import parse_records, read_tail, zone_of
+from rootproof.backends.live.postgres_log import in_window, open_regular, parse_records, read_tail, zone_of
+from rootproof.backends.live.postgres_session import Watchdog, connect_params, discover_log, masked_dsn, shut
 from rootproof.backends.query import TimeWindow, order_matches, parse_query
 from rootproof.errors import BackendError, BackendQueryError, BackendUnavailable, ConfigError
 from rootproof.scenarios.types import format_timestamp
@@ -44,18 +47,14 @@ __all__ = ["PostgresBackend", "masked_dsn"]
 
 _TOOL = "inspect_postgres"
 _ROW_SQL = {"activity": q.ACTIVITY, "locks": q.LOCKS, "database_stats": q.DATABASE_STATS}
+_MIN_SCRUB = 4
+"""Shorter secrets are not replaced in messages (a one-letter password would garble every word)."""
+_T = TypeVar("_T")
+_Conn = psycopg.Connection[dict[str, Any]]
 
 
 class _NotReadOnly(BackendUnavailable):
     """The session could not be made read-only: nothing is run on it."""
-
-
-def masked_dsn(params: Mapping[str, Any]) -> str:
-    """A connection string for messages: `postgresql://user@host:port/dbname`, never a password."""
-    user = params.get("user") or ""
-    host = params.get("host") or params.get("hostaddr") or "localhost"
-    port = params.get("port") or "5432"
-    return f"postgresql://{user + '@' if user else ''}{host}:{port}/{params.get('dbname') or user or ''}"
 
 
 class PostgresBackend:
@@ -71,11 +70,16 @@ class PostgresBackend:
             self._params: dict[str, Any] = conninfo_to_dict(target.dsn)
         except psycopg.ProgrammingError:
             raise ConfigError(f"targets: {target.name}: dsn: not a libpq URL or key=value string") from None
-        self._secrets = [s for s in (self._password, self._params.get("password")) if s]
+        self._secrets = [str(s) for s in (self._password, self._params.get("password")) if s and len(str(s)) >= _MIN_SCRUB]
         self._shown = masked_dsn(self._params)
         self._timeout_ms = max(1, int(target.timeout_s * 1000))
+        self._deadline_s = target.timeout_s + min(5.0, max(1.0, target.timeout_s / 2))  # the watchdog's
+        self._cancel_s = min(2.0, max(0.5, target.timeout_s / 2))
+        self._lock_wait_s = self._deadline_s + self._cancel_s + 1
         self._lock = threading.Lock()
-        self._conn: psycopg.Connection[dict[str, Any]] | None = None
+        self._conn: _Conn | None = None
+        self._active: _Conn | None = None  # the connection of the transaction in progress
+        self._startup_ok: bool | None = None  # did the startup options take effect (last seen)
         self._log_tz: tzinfo = UTC
         self._found_log: tuple[Path | None, str] | None = None  # discovered (path, why none)
 
@@ -89,43 +93,57 @@ class PostgresBackend:
     def _where(self) -> str:
         return f"postgres target {self._target.name} ({self._shown})"
 
-    def _connect(self) -> psycopg.Connection[dict[str, Any]]:
-        params = dict(self._params)
-        if self._password is not None:
-            params["password"] = self._password
-        own = f"-c default_transaction_read_only=on -c statement_timeout={self._timeout_ms}"
-        params["options"] = f"{params['options']} {own}" if params.get("options") else own
-        params["application_name"] = "rootproof"
-        params["connect_timeout"] = max(2, math.ceil(self._target.timeout_s))
+    def _connect(self) -> _Conn:
+        params = connect_params(self._params, self._password, self._target.timeout_s)
         try:
-            conn = psycopg.connect(autocommit=True, row_factory=dict_row, **params)
+            conn = psycopg.connect(autocommit=False, row_factory=dict_row, prepare_threshold=None, **params)
         except psycopg.Error as exc:
             raise BackendUnavailable(f"{self._where()}: cannot connect: {self._scrub(str(exc))}") from None
-        try:
-            self._verify(conn)
-        except BaseException:
-            conn.close()
-            raise
+        conn.read_only = True  # every transaction starts with BEGIN READ ONLY
         return conn
 
-    def _verify(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
-        """Read-only and the statement timeout must hold; `set_config` once if they do not."""
-        check = q.SESSION_SQL
+    def _begin(self, conn: _Conn) -> None:
+        """First in every transaction: the local statement timeout, then read-only and the timeout must hold."""
+        conn.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(self._timeout_ms)))
+        row = conn.execute(q.SESSION_SQL).fetchone() or {}
+        if row.get("ro") != "on":
+            raise _NotReadOnly(f"{self._where()}: transaction not read-only (transaction_read_only={row.get('ro')})")
         want = str(self._timeout_ms)
-        row = conn.execute(check).fetchone() or {}
-        if row.get("dro") != "on" or row.get("st") != want:
-            conn.execute(
-                "SELECT set_config('default_transaction_read_only', 'on', false), set_config('statement_timeout', %s, false)",
-                (f"{self._timeout_ms}ms",),
-            )
-            row = conn.execute(check).fetchone() or {}
-        if row.get("ro") != "on" or row.get("dro") != "on":
-            raise _NotReadOnly(f"{self._where()}: session not read-only (transaction_read_only={row.get('ro')})")
         if row.get("st") != want:
             raise _NotReadOnly(f"{self._where()}: statement_timeout did not take ({row.get('st')} ms, wanted {want})")
+        self._startup_ok = row.get("dro") == "on" and row.get("st0") == want
         self._log_tz = zone_of(str(row.get("tz") or ""))
 
-    def _session(self) -> psycopg.Connection[dict[str, Any]]:
+    def _run(self, work: Callable[[], _T]) -> _T:
+        """`work` inside one read-only transaction on the session, bounded by the watchdog.
+        Call with the lock held; driver errors come out mapped."""
+        conn = self._session()
+        dog = Watchdog(conn, after_s=self._deadline_s, cancel_s=self._cancel_s)
+        try:
+            if conn.info.transaction_status != TransactionStatus.IDLE:
+                conn.rollback()  # never continue a transaction this call did not begin
+            with dog, conn.transaction():
+                self._begin(conn)
+                self._active = conn
+                return work()
+        except psycopg.Error as exc:
+            if dog.fired:  # the connection is dropped below
+                raise BackendUnavailable(
+                    f"{self._where()}: no answer within {self._deadline_s:g} s; the call was cancelled and its connection closed"
+                ) from None
+            raise self._mapped(exc) from None
+        finally:
+            self._active = None
+            if dog.fired:
+                self._drop()
+
+    def _tx(self) -> _Conn:
+        """The connection of the transaction in progress (statements run only inside `_run`)."""
+        if self._active is None:
+            raise BackendError("postgres backend: a statement outside a call's transaction")
+        return self._active
+
+    def _session(self) -> _Conn:
         """The open session (connects on first use and after a failure). Call with the lock held."""
         if self._conn is not None and (self._conn.closed or self._conn.broken):
             self._drop()
@@ -134,13 +152,15 @@ class PostgresBackend:
             self._found_log = None
         return self._conn
 
+    def _acquire(self) -> None:
+        if not self._lock.acquire(timeout=self._lock_wait_s):
+            raise BackendUnavailable(f"{self._where()}: busy: an earlier call on this target has not returned")
+
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            try:
+            with contextlib.suppress(psycopg.Error):
                 conn.close()
-            except psycopg.Error:
-                pass
 
     def _mapped(self, exc: psycopg.Error) -> BackendError:
         """The rootproof error for a driver error raised by a statement."""
@@ -157,7 +177,7 @@ class PostgresBackend:
         return BackendQueryError(f"{self._where()}: {type(exc).__name__}: {reason}")
 
     def _fetch(self, statement: str | sql.Composed, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-        rows = self._session().execute(statement, dict(params)).fetchall()
+        rows = self._tx().execute(statement, dict(params)).fetchall()
         return [q.plain_row(r) for r in rows]
 
     # -- the seam --------------------------------------------------------------------------------
@@ -175,11 +195,11 @@ class PostgresBackend:
             raise BackendError(f"{tool}: the run's clock must be timezone-aware (got {now.isoformat()})")
         now = now.astimezone(UTC)
         started = time.monotonic()
-        with self._lock:
-            try:
-                out, scanned, nbytes = self._answer(args, now)
-            except psycopg.Error as exc:
-                raise self._mapped(exc) from None
+        self._acquire()
+        try:
+            out, scanned, nbytes = self._answer(args, now)
+        finally:
+            self._lock.release()
         details: dict[str, Any] = {
             "target": self._target.name,
             "kind": args.kind,
@@ -196,7 +216,10 @@ class PostgresBackend:
         if args.kind == "log":
             return self._log(args, now)
         if args.kind == "settings":
-            return self._settings(args, now)
+            return self._run(lambda: self._settings(args, now))
+        return self._run(lambda: self._row_kind(args, now))
+
+    def _row_kind(self, args: InspectPostgresArgs, now: datetime) -> tuple[RowsResult, int, int]:
         note = ""
         if args.kind in _ROW_SQL:
             rows = self._fetch(_ROW_SQL[args.kind], {"cap": q.MAX_ROWS, "qmax": q.MAX_QUERY_CHARS})
@@ -240,11 +263,12 @@ class PostgresBackend:
     def _server_statement_timeout(self) -> Any:
         """statement_timeout as other sessions of this database get it (ours is the target's timeout):
         the database's `ALTER DATABASE … SET`, else the configuration file (if readable), else the default."""
-        conn = self._session()
+        conn = self._tx()
         row = conn.execute(q.STATEMENT_TIMEOUT_DB).fetchone()
         if row is None:
             try:
-                row = conn.execute(q.STATEMENT_TIMEOUT_FILE).fetchone()
+                with conn.transaction():  # a savepoint: the refusal must not abort the call's transaction
+                    row = conn.execute(q.STATEMENT_TIMEOUT_FILE).fetchone()
             except pgerr.InsufficientPrivilege:
                 row = None
         if row is None:
@@ -252,14 +276,14 @@ class PostgresBackend:
         return (row or {}).get("value")
 
     def _replication(self) -> tuple[list[dict[str, Any]], str]:
-        standby = self._session().execute("SELECT pg_is_in_recovery() AS r").fetchone() or {}
+        standby = self._tx().execute("SELECT pg_is_in_recovery() AS r").fetchone() or {}
         if standby.get("r"):
             return self._fetch(q.REPLICATION_STANDBY, {"cap": q.MAX_ROWS}), ""
         rows = self._fetch(q.REPLICATION_PRIMARY, {"cap": q.MAX_ROWS})
         return rows, "" if rows else "; the server is a primary with no standby connected (pg_stat_replication is empty)"
 
     def _top_queries(self) -> tuple[list[dict[str, Any]], str]:
-        conn = self._session()
+        conn = self._tx()
         ext = conn.execute(
             "SELECT n.nspname, current_database() AS db FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
             " WHERE e.extname = 'pg_stat_statements' LIMIT 1"
@@ -272,7 +296,8 @@ class PostgresBackend:
             )
         statement = sql.SQL(q.TOP_QUERIES).format(schema=sql.Identifier(str(ext["nspname"])))
         try:
-            rows = self._fetch(statement, {"cap": q.MAX_ROWS, "qmax": q.MAX_QUERY_CHARS})
+            with conn.transaction():
+                rows = self._fetch(statement, {"cap": q.MAX_ROWS, "qmax": q.MAX_QUERY_CHARS})
         except pgerr.ObjectNotInPrerequisiteState:
             return [], (
                 f"; pg_stat_statements is installed in database {ext['db']} but not loaded "
@@ -283,31 +308,17 @@ class PostgresBackend:
     # -- the server log ----------------------------------------------------------------------------
 
     def _log_path(self) -> tuple[Path | None, str]:
-        """The log file and, when there is none, why: the target's `log`, else pg_current_logfile()."""
+        """The log file (or None and why): the target's `log`, else what `discover_log` finds (a local
+        server's regular file under its log_directory). Inside `_run` unless the target has `log`."""
         if self._target.log is not None:
             return self._target.log, ""
         if self._found_log is None:
-            conn = self._session()
-            try:
-                row = conn.execute("SELECT pg_current_logfile() AS f, current_setting('data_directory') AS d").fetchone() or {}
-            except pgerr.InsufficientPrivilege:
-                self._found_log = (None, f"; the target {self._target.name} has no log configured and may not call pg_current_logfile()")
-            else:
-                name = row.get("f")
-                if not name:
-                    self._found_log = (
-                        None,
-                        f"; the target {self._target.name} has no log configured and pg_current_logfile() names none"
-                        " (logging_collector is off)",
-                    )
-                else:
-                    path = Path(str(name))
-                    self._found_log = (path if path.is_absolute() else Path(str(row.get("d") or "")) / path, "")
+            self._found_log = discover_log(self._tx(), self._target.name)
         return self._found_log
 
     def _log(self, args: InspectPostgresArgs, now: datetime) -> tuple[LinesResult, int, int]:
         window = TimeWindow(start=window_start(now, args.since), end=now)
-        path, why = self._log_path()
+        path, why = self._log_path() if self._target.log is not None else self._run(self._log_path)
         records = []
         nbytes = 0
         if path is not None:
@@ -315,16 +326,10 @@ class PostgresBackend:
                 text, nbytes, at_start = read_tail(path, max_bytes=self._target.max_bytes, not_before=window.start, default_tz=self._log_tz)
             except OSError as exc:
                 raise BackendQueryError(f"{self._where()}: cannot read the server log {path}: {exc.strerror or exc}") from None
+            except BackendQueryError as exc:
+                raise BackendQueryError(f"{self._where()}: cannot read the server log: {exc}") from None
             records = parse_records(text, at_start=at_start, default_tz=self._log_tz)
-        query = parse_query(args.query)
-        candidates = []
-        for r in records:
-            if r.ts is not None and r.ts not in window:
-                continue
-            body = r.text
-            score = 0 if query.empty else query.score(body)
-            if query.empty or score:
-                candidates.append((score, r.ts, body))
+        candidates, undated = in_window(records, window, parse_query(args.query))
         ordered = order_matches(candidates)
         page = ordered[args.offset : args.offset + args.limit]
         no_evidence = None
@@ -332,6 +337,8 @@ class PostgresBackend:
             filters = f"kind=log, since={args.since}" + (
                 f"; {len(ordered)} matches, none at offset {args.offset}" if ordered else ""
             )
+            if undated:
+                filters += f"; {undated} records without a timestamp were left out (log_line_prefix lacks %m or %t)"
             no_evidence = self._no_evidence(args, filters + why, f"in window {window.text()}")
         win = window.as_dict()
         out = LinesResult(
@@ -342,53 +349,52 @@ class PostgresBackend:
     # -- targets check -----------------------------------------------------------------------------
 
     def check(self) -> TargetCheck:
-        """Connect, verify the session is read-only, and list what is missing. Never raises."""
+        """Connect, verify a transaction is read-only, and list what is missing. Never raises."""
         name, kind = self._target.name, "postgres"
         try:
-            with self._lock:
-                try:
-                    conn = self._session()
-                except _NotReadOnly as exc:
-                    return TargetCheck(name=name, kind=kind, usable=False, problem=str(exc))
-                except BackendUnavailable as exc:
-                    text = str(exc)
-                    what = "authentication failed" if "authentication failed" in text else "unreachable"
-                    return TargetCheck(name=name, kind=kind, usable=False, problem=f"{what}: {text}")
-                ro = (conn.execute("SHOW transaction_read_only").fetchone() or {}).get("transaction_read_only")
-                if ro != "on":
-                    return TargetCheck(name=name, kind=kind, usable=False, problem="session not read-only")
-                warnings = self._warnings(conn)
-        except psycopg.Error as exc:
-            with self._lock:
-                err = self._mapped(exc)
-            return TargetCheck(name=name, kind=kind, usable=False, problem=str(err))
+            self._acquire()
+        except BackendUnavailable as exc:
+            return TargetCheck(name=name, kind=kind, usable=False, problem=str(exc))
+        try:
+            warnings, path = self._run(self._warnings)
+        except _NotReadOnly as exc:
+            return TargetCheck(name=name, kind=kind, usable=False, problem=str(exc))
+        except BackendUnavailable as exc:
+            text = str(exc)
+            what = "authentication failed" if "authentication failed" in text else "unreachable"
+            return TargetCheck(name=name, kind=kind, usable=False, problem=f"{what}: {text}")
         except Exception as exc:  # a check never raises
             return TargetCheck(name=name, kind=kind, usable=False, problem=f"{type(exc).__name__}: {self._scrub(str(exc))}")
+        finally:
+            self._lock.release()
+        if path is not None:
+            try:
+                open_regular(path).close()
+            except OSError as exc:
+                warnings.append(f"the server log {path} is not readable: {exc.strerror or exc}")
+            except BackendQueryError as exc:
+                warnings.append(f"the server log {exc}: kind=log cannot read it")
         return TargetCheck(name=name, kind=kind, usable=True, warnings=warnings)
 
-    def _warnings(self, conn: psycopg.Connection[dict[str, Any]]) -> list[str]:
+    def _warnings(self) -> tuple[list[str], Path | None]:
         warnings: list[str] = []
-        row = conn.execute(q.CHECK_SQL).fetchone() or {}
-        if not row.get("ext"):
-            warnings.append(f"pg_stat_statements is not installed in database {row.get('db')}: kind=top_queries finds nothing")
-        elif "pg_stat_statements" not in str(row.get("spl") or ""):
-            warnings.append("pg_stat_statements is not in shared_preload_libraries: kind=top_queries finds nothing")
-        if not row.get("su") and not row.get("stats"):
+        if self._startup_ok is False:
             warnings.append(
-                f"role {row.get('me')} is neither superuser nor a member of pg_read_all_stats: other sessions' queries are hidden"
+                "the startup options (default_transaction_read_only, statement_timeout) did not take effect"
+                " (behind a pooler?): rootproof still runs every call in a read-only transaction with a local statement_timeout"
             )
+        warnings += q.check_warnings(self._tx().execute(q.CHECK_SQL).fetchone() or {})
         path, why = self._log_path()
         if path is None:
             warnings.append(why.lstrip("; ") + ": kind=log finds nothing")
-        else:
-            try:
-                with path.open("rb"):
-                    pass
-            except OSError as exc:
-                warnings.append(f"the server log {path} is not readable: {exc.strerror or exc}")
-        return warnings
+        return warnings, path
 
     def close(self) -> None:
-        """Close the session; idempotent."""
-        with self._lock:
-            self._drop()
+        """Close the session; idempotent. A call still in progress has its socket shut instead."""
+        if self._lock.acquire(timeout=self._lock_wait_s):
+            try:
+                self._drop()
+            finally:
+                self._lock.release()
+        elif self._conn is not None:
+            shut(self._conn)

@@ -5,23 +5,34 @@ Debian's default `%m [%p] %q%u@%d `) together with the lines that belong to it: 
 `DETAIL:`, `HINT:`, `QUERY:`, `CONTEXT:`, `STATEMENT:` and `LOCATION:` lines of the same
 process (they carry a prefix of their own) and the lines without a prefix that follow
 (tab-indented continuations such as a deadlock's `Process N: …` lines, a plan). A record's
-time is the timestamp of its first line.
+time is the timestamp of its first line. A line of PostgreSQL's `jsonlog` format (one JSON
+object per record, PostgreSQL 15+) becomes the same record text as the stderr format with
+Debian's prefix would give: `<timestamp> [<pid>] <user>@<dbname> <SEVERITY>:  <message>`,
+then one line each for `DETAIL`, `HINT`, `QUERY`, `CONTEXT` and `STATEMENT`.
 
 The file is read backwards from its end in blocks, at most `max_bytes` per call, and reading
 stops early once a block starts with a line older than the window: the newest records are
-always the ones read. Nothing in the file is interpreted beyond these patterns.
+always the ones read. Nothing in the file is interpreted beyond these patterns. The file is
+opened with `open_regular`: non-blocking, and anything but a regular file (a FIFO, a device) is
+refused before a byte is read, so a path can never hang a call.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from pathlib import Path
+from typing import Any, BinaryIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-__all__ = ["CONTINUATIONS", "LogRecord", "line_timestamp", "parse_records", "read_tail", "zone_of"]
+from rootproof.backends.query import TextQuery, TimeWindow
+from rootproof.errors import BackendQueryError
+
+__all__ = ["CONTINUATIONS", "LogRecord", "in_window", "jsonlog_record", "line_timestamp", "open_regular", "parse_records", "read_tail", "zone_of"]
 
 CONTINUATIONS = frozenset({"DETAIL", "HINT", "QUERY", "CONTEXT", "STATEMENT", "LOCATION"})
 """Severities of the lines that continue the record before them (same process)."""
@@ -38,6 +49,8 @@ _SEVERITY = re.compile(
 )
 _BARE = re.compile(r"^(DEBUG[1-5]|INFO|NOTICE|WARNING|ERROR|LOG|FATAL|PANIC|DETAIL|HINT|QUERY|CONTEXT|STATEMENT|LOCATION):  ")
 _PID = re.compile(r"\[(\d+)\]")
+_JSON_TS = '{"timestamp":"'
+_JSON_PARTS = (("detail", "DETAIL"), ("hint", "HINT"), ("internal_query", "QUERY"), ("context", "CONTEXT"), ("statement", "STATEMENT"))
 _UTC_NAMES = frozenset({"UTC", "GMT", "Z", "UCT", "ETC/UTC", "ETC/GMT"})
 
 
@@ -56,6 +69,22 @@ class LogRecord:
         if len(text) > MAX_RECORD_CHARS:
             text = text[:MAX_RECORD_CHARS] + f" …[record cut at {MAX_RECORD_CHARS} characters]"
         return text
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """`path` opened for binary reading without ever blocking: O_NONBLOCK | O_NOCTTY, then fstat.
+
+    Raises BackendQueryError for anything but a regular file (FIFO, socket, device, directory)
+    and OSError when the file cannot be opened.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BackendQueryError(f"{path} is not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def zone_of(name: str | None) -> tzinfo:
@@ -83,7 +112,9 @@ def _zone(token: str | None, default: tzinfo) -> tzinfo:
 
 
 def line_timestamp(line: str, default: tzinfo = UTC) -> datetime | None:
-    """The `log_line_prefix` timestamp a line starts with, timezone-aware; None if none."""
+    """The `log_line_prefix` timestamp a line starts with (or a jsonlog line's), timezone-aware; None if none."""
+    if line.startswith(_JSON_TS):
+        line = line[len(_JSON_TS) :]
     m = _TS.match(line)
     if not m:
         return None
@@ -92,6 +123,29 @@ def line_timestamp(line: str, default: tzinfo = UTC) -> datetime | None:
     except ValueError:
         return None
     return naive.replace(tzinfo=_zone(m.group(2), default))
+
+
+def jsonlog_record(line: str, default: tzinfo = UTC) -> LogRecord | None:
+    """The record of one `jsonlog` line, its text as the stderr format would print it; None if
+    the line is not a JSON object with a `timestamp` and a `message`."""
+    try:
+        obj: Any = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("timestamp"), str) or "message" not in obj:
+        return None
+    stamp = str(obj["timestamp"])
+    pid = str(obj["pid"]) if obj.get("pid") is not None else None
+    head = stamp + (f" [{pid}]" if pid else "")
+    if obj.get("user") is not None or obj.get("dbname") is not None:
+        head += f" {obj.get('user') or ''}@{obj.get('dbname') or ''}"
+    severity = str(obj.get("error_severity") or "LOG")
+    lines = [f"{head} {severity}:  {obj['message']}"]
+    for key, label in _JSON_PARTS:
+        if obj.get(key) not in (None, ""):
+            lines.append(f"{head} {label}:  {obj[key]}")
+    text_lines = "\n".join(lines).split("\n")
+    return LogRecord(ts=line_timestamp(stamp, default), pid=pid, lines=text_lines)
 
 
 def parse_records(text: str, *, at_start: bool = True, default_tz: tzinfo = UTC) -> list[LogRecord]:
@@ -106,6 +160,12 @@ def parse_records(text: str, *, at_start: bool = True, default_tz: tzinfo = UTC)
         line = raw.rstrip("\r").replace("\x00", "\ufffd")
         if not line and current is None:
             continue
+        if line.startswith("{"):
+            record = jsonlog_record(line, default_tz)
+            if record is not None:
+                current = record
+                records.append(current)
+                continue
         m = _TS.match(line)
         if m:
             ts = line_timestamp(line, default_tz)
@@ -139,6 +199,22 @@ def parse_records(text: str, *, at_start: bool = True, default_tz: tzinfo = UTC)
     return [r for r in records if r.lines]
 
 
+def in_window(records: list[LogRecord], window: TimeWindow, query: TextQuery) -> tuple[list[tuple[int, datetime, str]], int]:
+    """`(score, ts, text)` of the records in `window` that match `query`, and how many records had
+    no timestamp (they never pass a window: their time is unknown)."""
+    matches: list[tuple[int, datetime, str]] = []
+    undated = 0
+    for r in records:
+        if r.ts is None:
+            undated += 1
+        elif r.ts in window:
+            body = r.text
+            score = 0 if query.empty else query.score(body)
+            if query.empty or score:
+                matches.append((score, r.ts, body))
+    return matches, undated
+
+
 def _first_timestamp(block: bytes, skip_first: bool, default_tz: tzinfo) -> datetime | None:
     """The timestamp of the first complete line of `block` that has one."""
     start = block.find(b"\n") + 1 if skip_first else 0
@@ -158,9 +234,10 @@ def read_tail(path: Path, *, max_bytes: int, not_before: datetime | None, defaul
     """The end of the file: `(text, bytes_read, at_start)`.
 
     Reads backwards in blocks until `max_bytes` are read, the file's start is reached, or a
-    block's first timestamped line is older than `not_before`. Raises OSError.
+    block's first timestamped line is older than `not_before`. Raises OSError, and
+    BackendQueryError for a path that is not a regular file.
     """
-    with path.open("rb") as fh:
+    with open_regular(path) as fh:
         size = os.fstat(fh.fileno()).st_size
         pos = size
         chunks: list[bytes] = []

@@ -24,6 +24,7 @@ __all__ = [
     "CHECK_SQL",
     "DATABASE_STATS",
     "LOCKS",
+    "LOG_SQL",
     "MAX_QUERY_CHARS",
     "MAX_ROWS",
     "OWN_SETTINGS",
@@ -36,6 +37,7 @@ __all__ = [
     "STATEMENT_TIMEOUT_DB",
     "STATEMENT_TIMEOUT_FILE",
     "TOP_QUERIES",
+    "check_warnings",
     "plain",
     "plain_row",
 ]
@@ -97,9 +99,17 @@ Never settings that can hold secrets (primary_conninfo, archive_command, restore
 
 SESSION_SQL = """
 SELECT current_setting('transaction_read_only') AS ro, current_setting('default_transaction_read_only') AS dro,
-       (SELECT setting FROM pg_settings WHERE name = 'statement_timeout') AS st, current_setting('log_timezone') AS tz
+       (SELECT setting FROM pg_settings WHERE name = 'statement_timeout') AS st,
+       (SELECT reset_val FROM pg_settings WHERE name = 'statement_timeout') AS st0, current_setting('log_timezone') AS tz
 """
-"""What the session must show before its first statement (read-only, the statement timeout in ms)."""
+"""Run first in every transaction, after `SET LOCAL statement_timeout`: the transaction must be
+read-only (`ro`) with the timeout in ms (`st`); `dro` and `st0` (the session's own value) show
+whether the startup options took effect (a pooler may drop them)."""
+
+LOG_SQL = """
+SELECT pg_current_logfile() AS f, current_setting('data_directory') AS d, current_setting('log_directory') AS ld
+"""
+"""The server's current log file and where its log files live (`log_directory` may be relative)."""
 
 CHECK_SQL = """
 SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements') AS ext,
@@ -276,3 +286,17 @@ def plain(value: Any) -> Any:
 def plain_row(row: dict[str, Any]) -> dict[str, Any]:
     """A result row with every value made plain (`plain`)."""
     return {str(k): plain(v) for k, v in row.items()}
+
+
+def check_warnings(row: dict[str, Any]) -> list[str]:
+    """`targets check` warnings from a `CHECK_SQL` row: pg_stat_statements, and the role's view of other sessions."""
+    warnings: list[str] = []
+    if not row.get("ext"):
+        warnings.append(f"pg_stat_statements is not installed in database {row.get('db')}: kind=top_queries finds nothing")
+    elif "pg_stat_statements" not in str(row.get("spl") or ""):
+        warnings.append("pg_stat_statements is not in shared_preload_libraries: kind=top_queries finds nothing")
+    if not row.get("su") and not row.get("stats"):
+        warnings.append(
+            f"role {row.get('me')} is neither superuser nor a member of pg_read_all_stats: other sessions' queries are hidden"
+        )
+    return warnings
