@@ -8,7 +8,9 @@ whose first line is the secret. Models here are the trust border of that file.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +42,10 @@ __all__ = [
 
 MAX_TARGETS_FILE_BYTES = 1024 * 1024
 """A targets file larger than this is refused unread."""
+MAX_BYTES_LIMIT = 32 * 1024 * 1024
+"""The largest `max_bytes` a target may set (what one call reads is held and parsed in memory)."""
+MAX_SECRET_FILE_BYTES = 4096
+"""A `password_file` larger than this is refused unread."""
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$"
 
@@ -85,7 +91,7 @@ class _Target(BaseModel):
 
     name: str = Field(pattern=_NAME)
     """Unique name; data from it is `live:<name>`."""
-    max_bytes: int = Field(default=8 * 1024 * 1024, ge=4096, le=256 * 1024 * 1024)
+    max_bytes: int = Field(default=8 * 1024 * 1024, ge=4096, le=MAX_BYTES_LIMIT)
     """Most bytes one call reads from this target (log files, HTTP bodies)."""
     timeout_s: float = Field(default=5.0, gt=0, le=120)
     """Connect and statement timeout of one call, seconds."""
@@ -280,11 +286,36 @@ def secret_of(target: PostgresTarget | RedisTarget | LokiTarget | PrometheusTarg
             raise ConfigError(f"targets: {target.name}: password_env: the variable {target.password_env} is not set")
         return value
     if target.password_file is not None:
-        try:
-            text = target.password_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"targets: {target.name}: password_file: cannot read {target.password_file}: {exc}") from exc
-        return text.splitlines()[0] if text else ""
+        return _read_secret_file(target.name, target.password_file)
+    return None
+
+
+def _read_secret_file(name: str, path: Path) -> str:
+    """The first line of a `password_file`: opened without blocking, a regular file of at most
+    `MAX_SECRET_FILE_BYTES`, UTF-8; ConfigError otherwise, never quoting a byte of it."""
+    where = f"targets: {name}: password_file: {path}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read it ({exc.strerror or type(exc).__name__})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{where}: not a regular file")
+        if st.st_size > MAX_SECRET_FILE_BYTES:
+            raise ConfigError(f"{where}: larger than {MAX_SECRET_FILE_BYTES} bytes, not a password file")
+        data = os.read(fd, MAX_SECRET_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read it ({exc.strerror or type(exc).__name__})") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_SECRET_FILE_BYTES:
+        raise ConfigError(f"{where}: larger than {MAX_SECRET_FILE_BYTES} bytes, not a password file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: not UTF-8 text") from None  # the error's text would quote a byte of the secret
+    return text.splitlines()[0] if text else ""
     return None
 
 
