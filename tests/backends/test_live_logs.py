@@ -30,7 +30,6 @@ from pydantic import ValidationError
 from rootproof.backends.live.logparse import LineParser, normalise_level, parse_logfmt, parse_time
 from rootproof.backends.live.logs import LogsBackend
 from rootproof.backends.live.loki import build_logql
-from rootproof.backends.query import parse_query
 from rootproof.errors import BackendQueryError, BackendUnavailable, ConfigError
 from rootproof.targets import LogsTarget, LokiTarget
 from rootproof.tools.base import QueryLogsArgs
@@ -323,3 +322,60 @@ def test_loki_configuration_errors() -> None:
         LogsBackend([LokiTarget(kind="loki", name="loki", url="http://127.0.0.1:99999")], environ={})
     with pytest.raises(ConfigError, match="LOKI_TOKEN is not set"):
         LogsBackend([LokiTarget(kind="loki", name="loki", url="http://127.0.0.1:3100", password_env="LOKI_TOKEN")], environ={})
+
+
+def test_loki_terms_in_labels_or_needing_folding_are_found(loki: FakeLoki) -> None:
+    """Query terms are matched here as for files: a term only in a label, or equal only after casefold/NFKC."""
+    t = NOW - timedelta(minutes=1)
+    loki.streams = [
+        {"stream": {"service": "payments", "level": "error", "job": "k8s"}, "values": [[_ns(t), "plain text line no markers"]]},
+        {"stream": {"service": "orders", "job": "k8s"}, "values": [
+            [_ns(t - timedelta(seconds=1)), "Ｃｏｎｎｅｃｔｉｏｎ ＲＥＦＵＳＥＤ by upstream"],  # fullwidth: NFKC → Connection REFUSED
+            [_ns(t - timedelta(seconds=2)), "Straße gesperrt"]]},  # casefold: ß → ss
+    ]
+    backend = LogsBackend([LokiTarget(kind="loki", name="loki", url=loki.url)], environ={})
+    for query, message in (("payments", "plain text line no markers"), ("error", "plain text line no markers"),
+                           ('"connection refused"', "Ｃｏｎｎｅｃｔｉｏｎ ＲＥＦＵＳＥＤ by upstream"), ("STRASSE", "Straße gesperrt")):
+        data, out = _call(backend, query=query)
+        assert [e["message"] for e in data["entries"]] == [message], query
+        assert "|" not in out.details["per_target"]["loki"]["logql"]  # no line filter pushed to Loki
+    data, _ = _call(backend, query="error", service="orders")
+    assert data["entries"] == []  # the service matcher still goes to Loki (and is checked here)
+    assert loki.requests[-1][1]["query"] == ['{job=~".+", service="orders"}']
+
+
+def test_loki_line_limit_reached_is_said(loki: FakeLoki) -> None:
+    t = NOW - timedelta(minutes=20)
+    values = [[_ns(t + timedelta(milliseconds=i)), f"request {i} done"] for i in range(2100)]
+    values[0][1] = "the only deadlock detected"  # the oldest line, past Loki's limit of 2000
+    loki.streams = [{"stream": {"service": "orders"}, "values": values}]
+    backend = LogsBackend([LokiTarget(kind="loki", name="loki", url=loki.url)], environ={})
+    data, out = _call(backend, query="deadlock")
+    info = out.details["per_target"]["loki"]
+    assert info["lines"] == 2000 and info["limit_reached"] is True and out.details["truncated"] is True
+    oldest_seen = NOW - timedelta(minutes=20) + timedelta(milliseconds=100)
+    assert info["searched_from"] == oldest_seen.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    assert data["entries"] == [] and (
+        f"Loki's line limit (2000) was reached for loki: lines before {info['searched_from']} were not searched "
+        "(narrow since or name a service)" in data["no_evidence"]
+    )
+    found, out = _call(backend, query="request 2099")
+    assert found["entries"][0]["message"] == "request 2099 done" and out.details["per_target"]["loki"]["limit_reached"] is True
+
+
+def test_loki_long_lines_are_cut(loki: FakeLoki) -> None:
+    loki.streams = [{"stream": {"service": "orders"}, "values": [[_ns(NOW - timedelta(minutes=1)), "deadlock " + "x" * 40_000]]}]
+    data, _ = _call(LogsBackend([LokiTarget(kind="loki", name="loki", url=loki.url)], environ={}), query="deadlock")
+    message = data["entries"][0]["message"]
+    assert message == ("deadlock " + "x" * 40_000)[:32768] + f" …[cut: {40_009 - 32768} more characters]"
+
+
+def test_logql_string_escapes_control_characters(loki: FakeLoki) -> None:
+    backend = LogsBackend([LokiTarget(kind="loki", name="loki", url=loki.url, selector="{}")], environ={})
+    _call(backend, service='a"b\\c\nd\re\tf')
+    sent = loki.requests[-1][1]["query"][0]
+    assert sent == '{service="a\\"b\\\\c\\nd\\re\\tf"}'
+    assert "\n" not in sent and "\r" not in sent and "\t" not in sent
+    from rootproof.backends.live.loki import logql_string
+
+    assert logql_string("x\x01y\x7fz\u2028") == '"x\\x01y\\x7fz\\u2028"'
