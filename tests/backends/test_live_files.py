@@ -140,3 +140,46 @@ def test_redis_log_and_check(special: Path) -> None:
         assert check.usable and f"log {special} is unreadable: {special}: not a regular file" in check.warnings
         backend.close()
 
+
+
+CUT = 32 * 1024
+
+
+def _cut(text: str) -> str:
+    return text[:CUT] + f" …[cut: {len(text) - CUT} more characters]"
+
+
+def test_long_nginx_lines_and_config_lines_are_cut(tmp_path: Path) -> None:
+    stamp = datetime.now().strftime("%Y/%m/%d %H:%M:%S")  # nginx writes local time
+    long_line = f"{stamp} [error] 7#7: *1 upstream timed out, request: \"GET /{'a' * 60_000} HTTP/1.1\""
+    error_log = tmp_path / "error.log"
+    error_log.write_text(f"{stamp} [warn] 7#7: short line\n{long_line}\n")
+    config = tmp_path / "nginx.conf"
+    config.write_text("events {}\n# " + "b" * 50_000 + "\n")
+    backend = NginxBackend(NginxTarget(kind="nginx", name="edge", error_log=error_log, config=config), environ={})
+    lines = _nginx_call(backend, "error_log").result.lines
+    assert sorted(lines, key=len) == [f"{stamp} [warn] 7#7: short line", _cut(long_line)]
+    assert _cut(long_line).endswith(f" …[cut: {len(long_line) - CUT} more characters]")
+    assert _nginx_call(backend, "config").result.config == ["events {}", _cut("# " + "b" * 50_000)]
+
+
+def test_long_log_messages_are_cut(tmp_path: Path) -> None:
+    import json
+
+    message = "deadlock detected " + "c" * 100_000
+    log = tmp_path / "app.jsonl"
+    log.write_text(json.dumps({"ts": datetime.now(UTC).isoformat(), "level": "error", "msg": message}) + "\n")
+    backend = LogsBackend([LogsTarget(kind="logs", name="app", paths=[str(log)], service="api")], environ={})
+    entries = backend.call("query_logs", QueryLogsArgs(query="deadlock"), now=datetime.now(UTC), run_id="t").result.entries
+    assert [e.message for e in entries] == [_cut(message)]
+
+
+def test_long_redis_log_lines_are_cut(tmp_path: Path) -> None:
+    stamp = datetime.now().strftime("%d %b %Y %H:%M:%S.000")  # Redis writes local time
+    line = f"1:M {stamp} # " + "d" * 40_000
+    log = tmp_path / "redis.log"
+    log.write_text(line + "\n")
+    backend = RedisBackend(RedisTarget(kind="redis", name="cache", url=f"redis://127.0.0.1:{free_port()}/0", log=log), environ={})
+    out = backend.call("inspect_redis", InspectRedisArgs(kind="log", query=""), now=datetime.now(UTC), run_id="t")
+    assert out.result.lines == [_cut(line)]
+    backend.close()
