@@ -312,9 +312,11 @@ def _read_secret_file(name: str, path: Path) -> str:
     if len(data) > MAX_SECRET_FILE_BYTES:
         raise ConfigError(f"{where}: larger than {MAX_SECRET_FILE_BYTES} bytes, not a password file")
     try:
-        text = data.decode("utf-8")
+        text: str | None = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise ConfigError(f"{where}: not UTF-8 text") from None  # the error's text would quote a byte of the secret
+        text = None
+    if text is None:  # raised outside the except: the decode error (which holds the secret's bytes) is not even its context
+        raise ConfigError(f"{where}: not UTF-8 text")
     return text.splitlines()[0] if text else ""
     return None
 
