@@ -69,6 +69,11 @@ def _url_problem(value: str, schemes: tuple[str, ...], *, host: bool, expected: 
         hostname = parts.hostname
     except ValueError:
         return "not a valid URL"
+    try:
+        if parts.scheme.lower() in ("http", "https"):
+            parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
+    except ValueError:
+        return "not a valid URL: the port is not a number from 0 to 65535"
     scheme = parts.scheme.lower()
     if scheme not in schemes:
         got = f"{scheme}://" if scheme and "://" in value else "no scheme"

@@ -24,12 +24,22 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 import httpx
 
 from rootproof.errors import BackendError, BackendQueryError, BackendUnavailable
 
-__all__ = ["MAX_ERROR_CHARS", "get_bounded", "make_client", "not_api", "request_error", "server_text", "status_error"]
+__all__ = [
+    "MAX_ERROR_CHARS",
+    "get_bounded",
+    "make_client",
+    "not_api",
+    "request_error",
+    "server_text",
+    "status_error",
+    "url_error",
+]
 
 MAX_ERROR_CHARS = 500
 """Most characters of a server's error text kept in a message."""
@@ -93,6 +103,20 @@ def request_error(exc: Exception, *, where: str, timeout_s: float) -> BackendErr
     return BackendQueryError(f"{where}: {type(exc).__name__}: {_brief(str(exc))}")
 
 
+def url_error(url: str, *, where: str) -> BackendQueryError | None:
+    """BackendQueryError when `url` is not a usable http(s) URL (httpx would wrap a bad port, not refuse it); else None."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
+    except ValueError as exc:
+        return BackendQueryError(f"{where}: invalid URL ({_brief(str(exc))})")
+    if parts.scheme.lower() not in ("http", "https"):
+        return BackendQueryError(f"{where}: not an http(s) URL")
+    if not parts.hostname:
+        return BackendQueryError(f"{where}: invalid URL (no host)")
+    return None
+
+
 def get_bounded(
     client: httpx.Client,
     url: str,
@@ -108,6 +132,8 @@ def get_bounded(
     The body is streamed and refused once it passes `max_bytes`; the whole answer may take at
     most twice `timeout_s` (httpx's timeout bounds each read, so a dripping server is bounded too).
     """
+    if (bad := url_error(url, where=where)) is not None:
+        raise bad
     body = bytearray()
     deadline = time.monotonic() + 2 * timeout_s
     try:

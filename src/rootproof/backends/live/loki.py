@@ -26,7 +26,7 @@ import httpx
 
 from rootproof.backends.live._http import get_bounded, make_client, not_api
 from rootproof.backends.query import TimeWindow
-from rootproof.errors import ConfigError
+from rootproof.errors import BackendQueryError
 from rootproof.targets import LokiTarget, secret_of
 
 __all__ = ["LOKI_LIMIT", "LokiClient", "LokiLine", "build_logql", "logql_string"]
@@ -115,14 +115,16 @@ class LokiClient:
     def __init__(self, target: LokiTarget, *, environ: Mapping[str, str]) -> None:
         self.target = target
         secret = secret_of(target, environ)
+        self._bad_url: str | None = None  # refused by the targets file; a target built in code fails its calls
         try:
             parts = urlsplit(target.url)
             host = parts.hostname or ""
             netloc = host + (f":{parts.port}" if parts.port else "")
         except ValueError as exc:
-            raise ConfigError(f"targets: {target.name}: url: not a valid URL ({exc})") from None
+            self._bad_url = str(exc)
+            parts, netloc = urlsplit(""), ""
         self._base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
-        self.shown = self._base
+        self.shown = self._base if self._bad_url is None else "invalid URL"
         self._headers: dict[str, str] = {"Accept": "application/json"}
         self._auth: tuple[str, str] | None = None
         if parts.username is not None:
@@ -141,6 +143,8 @@ class LokiClient:
                 self._client = make_client(timeout_s=t.timeout_s, headers=self._headers, auth=self._auth)
             client = self._client
         where = f"loki {t.name} ({self.shown})"
+        if self._bad_url is not None:
+            raise BackendQueryError(f"{where}: invalid URL ({self._bad_url})")
         return get_bounded(client, self._base + path, where=where, path=path, params=params, max_bytes=t.max_bytes, timeout_s=t.timeout_s)
 
     def ready(self) -> None:

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from rootproof.backends.live._http import request_error, status_error
+from rootproof.backends.live._http import request_error, status_error, url_error
 from rootproof.backends.query import TimeWindow
 from rootproof.errors import BackendError, BackendQueryError, BackendUnavailable
 from rootproof.scenarios.types import format_timestamp
@@ -284,6 +284,8 @@ class PrometheusBackend:
         """Status and body of one GET, the body bounded by max_bytes and the call by timeout_s."""
         if self._closed:
             raise BackendError(f"{self._where()}: the backend is closed")
+        if (bad := url_error(self._base + path, where=self._where())) is not None:
+            raise bad
         limit, deadline = self.target.max_bytes, time.monotonic() + self.target.timeout_s
         chunks: list[bytes] = []
         size = 0
