@@ -4,11 +4,12 @@ Files: each logs target's globs, newest file (modification time) first, each rea
 at most the target's `max_bytes` per call in all (`details.per_target.<name>.truncated` and
 `details.truncated` say when older lines were left unread); files last modified before the
 window starts are not read. Lines become records as `logparse` describes; `source` is the file
-name, `scope` the target's. Loki: `loki.LokiClient` (LogQL from the target's selector and the call's
-service only: query terms are matched here, as for files, since they may match a label or only
-after case folding; when Loki's line limit is reached, `details.per_target.<name>.limit_reached`
-and the no-evidence text say which older part of the window was not searched); each line is parsed as jsonl or logfmt when it looks like one, else taken as a plain
-message with the stream's labels for service (`service_label`, else `job`) and level; `source`
+name, `scope` the target's. Loki: `loki.LokiClient` (LogQL from the target's selector and
+the call's service only: query terms are matched here, as for files, since they may match a
+label or only after case folding; when Loki's line limit is reached,
+`details.per_target.<name>.limit_reached` and the no-evidence text say which older part of
+the window was not searched); each line is parsed as jsonl or logfmt when it looks like one,
+else taken as a plain message with the stream's labels for service (`service_label`, else `job`) and level; `source`
 is `loki`, scope the stream's `scope` label or APPLICATION.
 
 A message longer than `tailfile.MAX_RECORD_CHARS` is cut, saying so.

@@ -5,9 +5,9 @@ its matchers when the call names a service. The query's terms are not pushed int
 line filter: a term may match a label (service, level) or only after case folding and NFKC,
 which Loki's line filters cannot see, so the logs backend matches them in Python exactly as it
 does for files. `start`/`end` are the window in nanoseconds, `direction=backward` (newest
-first), `limit` `LOKI_LIMIT` (when that many lines come back, older lines of the window were not
-searched, and the logs backend says so). `X-Scope-OrgID` carries the tenant; the secret (`password_env`/`password_file`)
-is sent as HTTP basic auth when the URL names a user (`https://user@loki…`), else as a bearer
+first), `limit` `LOKI_LIMIT` (when that many lines come back, older lines of the window were
+not searched, and the logs backend says so). `X-Scope-OrgID` carries the tenant; the secret
+(`password_env`/`password_file`) is sent as HTTP basic auth when the URL names a user (`https://user@loki…`), else as a bearer
 token. Answers are read up to the target's `max_bytes`; HTTP failures are mapped as `_http`
 describes.
 """
