@@ -8,9 +8,7 @@ whose first line is the secret. Models here are the trust border of that file.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +18,7 @@ from urllib.parse import parse_qsl, urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from rootproof.boundary.redaction import is_secret_key
-from rootproof.configfile import read_config_file
+from rootproof.configfile import read_config_file, read_regular
 from rootproof.errors import ConfigError
 
 __all__ = [
@@ -65,15 +63,11 @@ def _url_problem(value: str, schemes: tuple[str, ...], *, host: bool, expected: 
     """What is wrong with a URL field (scheme, password, host), never quoting the URL's secrets."""
     try:
         parts = urlsplit(value.strip())
-        password = parts.password
-        hostname = parts.hostname
-    except ValueError:
-        return "not a valid URL"
-    try:
+        password, hostname = parts.password, parts.hostname
         if parts.scheme.lower() in ("http", "https"):
             parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
     except ValueError:
-        return "not a valid URL: the port is not a number from 0 to 65535"
+        return "not a valid URL (its port, if any, must be a number from 0 to 65535)"
     scheme = parts.scheme.lower()
     if scheme not in schemes:
         got = f"{scheme}://" if scheme and "://" in value else "no scheme"
@@ -296,34 +290,18 @@ def secret_of(target: PostgresTarget | RedisTarget | LokiTarget | PrometheusTarg
 
 
 def _read_secret_file(name: str, path: Path) -> str:
-    """The first line of a `password_file`: opened without blocking, a regular file of at most
-    `MAX_SECRET_FILE_BYTES`, UTF-8; ConfigError otherwise, never quoting a byte of it."""
-    where = f"targets: {name}: password_file: {path}"
+    """A `password_file`'s first line (a regular UTF-8 file, read bounded); ConfigError never quoting it."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read it ({exc.strerror or type(exc).__name__})") from None
+        raw = read_regular(path, MAX_SECRET_FILE_BYTES, what="a password file")
+    except ConfigError as exc:
+        raise ConfigError(f"targets: {name}: password_file: {exc}") from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{where}: not a regular file")
-        if st.st_size > MAX_SECRET_FILE_BYTES:
-            raise ConfigError(f"{where}: larger than {MAX_SECRET_FILE_BYTES} bytes, not a password file")
-        data = os.read(fd, MAX_SECRET_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read it ({exc.strerror or type(exc).__name__})") from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_SECRET_FILE_BYTES:
-        raise ConfigError(f"{where}: larger than {MAX_SECRET_FILE_BYTES} bytes, not a password file")
-    try:
-        text: str | None = data.decode("utf-8")
+        text: str | None = raw.decode("utf-8")
     except UnicodeDecodeError:
         text = None
-    if text is None:  # raised outside the except: the decode error (which holds the secret's bytes) is not even its context
-        raise ConfigError(f"{where}: not UTF-8 text")
+    if text is None:  # raised outside the except: the decode error (it holds the secret's bytes) is not its context
+        raise ConfigError(f"targets: {name}: password_file: {path}: not UTF-8 text")
     return text.splitlines()[0] if text else ""
-    return None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -148,7 +148,7 @@ def test_an_invalid_url_is_refused_by_the_file_and_a_query_error_in_a_call(name:
 
     model = {"nginx": NginxTarget, "loki": LokiTarget, "prometheus": PrometheusTarget}[name]
     field_name = "status_url" if name == "nginx" else "url"
-    with pytest.raises(ValidationError, match="the port is not a number from 0 to 65535"):
+    with pytest.raises(ValidationError, match="its port, if any, must be a number from 0 to 65535"):
         model.model_validate({"kind": model.model_fields["kind"].annotation.__args__[0], "name": "t", field_name: "http://127.0.0.1:99999"})  # type: ignore[union-attr]
     call = BACKENDS[name]("http://127.0.0.1:99999")  # built in code, past the file's checks
     with pytest.raises(BackendQueryError):

@@ -318,7 +318,7 @@ def test_open_live_backends_mounts_nginx_and_one_logs_backend(files: list[LogsTa
 
 
 def test_loki_configuration_errors() -> None:
-    with pytest.raises(ValidationError, match="the port is not a number from 0 to 65535"):  # the targets file refuses it
+    with pytest.raises(ValidationError, match="its port, if any, must be a number from 0 to 65535"):  # the targets file refuses it
         LokiTarget(kind="loki", name="loki", url="http://127.0.0.1:99999")
     built = LokiTarget.model_construct(kind="loki", name="loki", url="http://127.0.0.1:99999")  # past the file's checks
     with pytest.raises(BackendQueryError, match="Port out of range"):  # as nginx and Prometheus: the call fails, not the build

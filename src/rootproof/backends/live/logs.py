@@ -9,8 +9,8 @@ the call's service only: query terms are matched here, as for files, since they 
 label or only after case folding; when Loki's line limit is reached,
 `details.per_target.<name>.limit_reached` and the no-evidence text say which older part of
 the window was not searched); each line is parsed as jsonl or logfmt when it looks like one,
-else taken as a plain message with the stream's labels for service (`service_label`, else `job`) and level; `source`
-is `loki`, scope the stream's `scope` label or APPLICATION.
+else taken as a plain message with the stream's labels for service (`service_label`, else
+`job`) and level; `source` is `loki`, scope the stream's `scope` label or APPLICATION.
 
 A message longer than `tailfile.MAX_RECORD_CHARS` is cut, saying so.
 
