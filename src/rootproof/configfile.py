@@ -7,6 +7,7 @@ errors never quote the offending line (it may hold a secret).
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 import tomllib
@@ -14,23 +15,34 @@ from pathlib import Path
 
 from rootproof.errors import ConfigError
 
-__all__ = ["read_config_file"]
+__all__ = ["read_config_file", "read_regular"]
 
 
-def _read(path: Path, max_bytes: int, what: str) -> bytes:
-    """The bytes of a regular file of at most `max_bytes`, read bounded."""
+def read_regular(path: Path, max_bytes: int, *, what: str) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`, read bounded; ConfigError `FILE: problem` otherwise.
+
+    Opened without blocking (`O_NONBLOCK`: a FIFO never makes it wait) and checked on the opened
+    descriptor, so a file swapped for a FIFO or a device after a check is refused too.
+    """
     try:
-        st = path.stat()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not {what}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             raise ConfigError(f"{path}: is a directory, not {what}")
         if not stat.S_ISREG(st.st_mode):
             raise ConfigError(f"{path}: not a regular file")
         if st.st_size > max_bytes:
             raise ConfigError(f"{path}: {st.st_size} bytes, more than the {max_bytes} bytes {what} may have")
-        with path.open("rb") as f:
-            raw = f.read(max_bytes + 1)  # it may have grown since stat
+        raw = os.read(fd, max_bytes + 1)  # it may have grown since fstat; a regular file reads whole
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
     if len(raw) > max_bytes:
         raise ConfigError(f"{path}: more than the {max_bytes} bytes {what} may have")
     return raw
@@ -70,7 +82,7 @@ def read_config_file(path: Path, max_bytes: int, *, what: str) -> tuple[bytes, o
 
     YAML goes through the scenario reader's refusals (anchors, aliases, merge keys, deep nesting).
     """
-    raw = _read(path, max_bytes, what)
+    raw = read_regular(path, max_bytes, what=what)
     try:
         text = raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:

@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from rootproof.boundary.redaction import is_secret_key
-from rootproof.configfile import read_config_file
+from rootproof.configfile import read_config_file, read_regular
 from rootproof.errors import ConfigError
 
 __all__ = [
@@ -40,6 +40,10 @@ __all__ = [
 
 MAX_TARGETS_FILE_BYTES = 1024 * 1024
 """A targets file larger than this is refused unread."""
+MAX_BYTES_LIMIT = 32 * 1024 * 1024
+"""The largest `max_bytes` a target may set (what one call reads is held and parsed in memory)."""
+MAX_SECRET_FILE_BYTES = 4096
+"""A `password_file` larger than this is refused unread."""
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$"
 
@@ -59,10 +63,11 @@ def _url_problem(value: str, schemes: tuple[str, ...], *, host: bool, expected: 
     """What is wrong with a URL field (scheme, password, host), never quoting the URL's secrets."""
     try:
         parts = urlsplit(value.strip())
-        password = parts.password
-        hostname = parts.hostname
+        password, hostname = parts.password, parts.hostname
+        if parts.scheme.lower() in ("http", "https"):
+            parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
     except ValueError:
-        return "not a valid URL"
+        return "not a valid URL (its port, if any, must be a number from 0 to 65535)"
     scheme = parts.scheme.lower()
     if scheme not in schemes:
         got = f"{scheme}://" if scheme and "://" in value else "no scheme"
@@ -85,7 +90,7 @@ class _Target(BaseModel):
 
     name: str = Field(pattern=_NAME)
     """Unique name; data from it is `live:<name>`."""
-    max_bytes: int = Field(default=8 * 1024 * 1024, ge=4096, le=256 * 1024 * 1024)
+    max_bytes: int = Field(default=8 * 1024 * 1024, ge=4096, le=MAX_BYTES_LIMIT)
     """Most bytes one call reads from this target (log files, HTTP bodies)."""
     timeout_s: float = Field(default=5.0, gt=0, le=120)
     """Connect and statement timeout of one call, seconds."""
@@ -280,12 +285,23 @@ def secret_of(target: PostgresTarget | RedisTarget | LokiTarget | PrometheusTarg
             raise ConfigError(f"targets: {target.name}: password_env: the variable {target.password_env} is not set")
         return value
     if target.password_file is not None:
-        try:
-            text = target.password_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"targets: {target.name}: password_file: cannot read {target.password_file}: {exc}") from exc
-        return text.splitlines()[0] if text else ""
+        return _read_secret_file(target.name, target.password_file)
     return None
+
+
+def _read_secret_file(name: str, path: Path) -> str:
+    """A `password_file`'s first line (a regular UTF-8 file, read bounded); ConfigError never quoting it."""
+    try:
+        raw = read_regular(path, MAX_SECRET_FILE_BYTES, what="a password file")
+    except ConfigError as exc:
+        raise ConfigError(f"targets: {name}: password_file: {exc}") from None
+    try:
+        text: str | None = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None:  # raised outside the except: the decode error (it holds the secret's bytes) is not its context
+        raise ConfigError(f"targets: {name}: password_file: {path}: not UTF-8 text")
+    return text.splitlines()[0] if text else ""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,13 +4,17 @@ No Loki binary is installable here, so the Loki tests start a real HTTP server o
 (ThreadingHTTPServer) that answers `/loki/api/v1/query_range` and `/ready` in Loki's documented
 response format (`{"status":"success","data":{"resultType":"streams","result":[{"stream":{…},
 "values":[["<ns>","<line>"]]}]}}`): they check our HTTP client, the LogQL we send and how we read
-the answer, not Loki itself.
+the answer, not Loki itself. Like Loki, the server applies the query's line filters (`|~ "re"`,
+`|= "text"`: to the line only, never to labels) and `limit` (the newest lines across streams),
+so a filter pushed down to Loki that hides evidence shows here.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,7 +30,6 @@ from pydantic import ValidationError
 from rootproof.backends.live.logparse import LineParser, normalise_level, parse_logfmt, parse_time
 from rootproof.backends.live.logs import LogsBackend
 from rootproof.backends.live.loki import build_logql
-from rootproof.backends.query import parse_query
 from rootproof.errors import BackendQueryError, BackendUnavailable, ConfigError
 from rootproof.targets import LogsTarget, LokiTarget
 from rootproof.tools.base import QueryLogsArgs
@@ -179,6 +182,25 @@ class FakeLoki:
         return f"http://127.0.0.1:{self.port}"
 
 
+_LINE_FILTER = re.compile(r'\|([~=])\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _loki_select(streams: list[dict[str, Any]], logql: str, limit: int) -> list[dict[str, Any]]:
+    """What Loki answers for `logql`: its line filters applied to each line, then the newest `limit` lines."""
+    filters = [(op, codecs.decode(raw, "unicode_escape")) for op, raw in _LINE_FILTER.findall(logql)]
+
+    def keep(line: str) -> bool:
+        return all(re.search(arg, line) if op == "~" else arg in line for op, arg in filters)
+
+    values = [(int(ns), i, line) for i, s in enumerate(streams) for ns, line in s["values"] if keep(line)]
+    chosen = sorted(values, key=lambda v: -v[0])[:limit]
+    return [
+        {"stream": s["stream"], "values": [[str(ns), line] for ns, j, line in chosen if j == i]}
+        for i, s in enumerate(streams)
+        if any(j == i for _, j, _ in chosen)
+    ]
+
+
 @pytest.fixture()
 def loki() -> Iterator[FakeLoki]:
     fake = FakeLoki(streams=[])
@@ -190,7 +212,9 @@ def loki() -> Iterator[FakeLoki]:
             if parts.path == "/ready":
                 body = b"ready\n"
             else:
-                body = json.dumps({"status": "success", "data": {"resultType": "streams", "result": fake.streams,
+                query = parse_qs(parts.query)
+                result = _loki_select(fake.streams, query.get("query", [""])[0], int(query.get("limit", ["100"])[0]))
+                body = json.dumps({"status": "success", "data": {"resultType": "streams", "result": result,
                                                                    "stats": {}}}).encode()
             if fake.status != 200:
                 body = b"parse error at line 1, col 5: syntax error"
@@ -229,7 +253,7 @@ def test_loki_logql_headers_and_lines(loki: FakeLoki) -> None:
     data, out = _call(backend, query='"timed out" hikari', service="orders")
     path, params, headers = loki.requests[-1]
     assert path == "/loki/api/v1/query_range"
-    assert params["query"] == ['{job=~".+", service="orders"} |~ "(?i)timed\\\\s+out|hikari"']
+    assert params["query"] == ['{job=~".+", service="orders"}']  # query terms are matched here, not by Loki
     assert params["direction"] == ["backward"] and params["limit"] == ["2000"]
     assert params["end"] == [_ns(NOW)] and params["start"] == [_ns(NOW - timedelta(minutes=30))]
     assert headers["x-scope-orgid"] == "team-a" and headers["authorization"] == "Bearer tok-123"
@@ -272,10 +296,9 @@ def test_a_dead_loki_does_not_hide_file_logs(files: list[LogsTarget]) -> None:
 
 
 def test_logql_building() -> None:
-    q = parse_query('a.b "x y"')
-    assert build_logql('{app="x"} | json', service_label="svc", service='o"1', query=q) == (
-        '{app="x", svc="o\\"1"} | json |~ "(?i)a\\\\.b|x\\\\s+y"')
-    assert build_logql('{job=~"{.+}"}', service_label="service", service="s", query=parse_query("")) == '{job=~"{.+}", service="s"}'
+    assert build_logql('{app="x"} | json', service_label="svc", service='o"1') == '{app="x", svc="o\\"1"} | json'
+    assert build_logql('{job=~"{.+}"}', service_label="service", service="s") == '{job=~"{.+}", service="s"}'
+    assert build_logql('{job="a"}', service_label="service", service=None) == '{job="a"}'
 
 
 def test_open_live_backends_mounts_nginx_and_one_logs_backend(files: list[LogsTarget], tmp_path: Path) -> None:
@@ -295,7 +318,67 @@ def test_open_live_backends_mounts_nginx_and_one_logs_backend(files: list[LogsTa
 
 
 def test_loki_configuration_errors() -> None:
-    with pytest.raises(ConfigError, match="url"):
-        LogsBackend([LokiTarget(kind="loki", name="loki", url="http://127.0.0.1:99999")], environ={})
+    with pytest.raises(ValidationError, match="its port, if any, must be a number from 0 to 65535"):  # the targets file refuses it
+        LokiTarget(kind="loki", name="loki", url="http://127.0.0.1:99999")
+    built = LokiTarget.model_construct(kind="loki", name="loki", url="http://127.0.0.1:99999")  # past the file's checks
+    with pytest.raises(BackendQueryError, match="Port out of range"):  # as nginx and Prometheus: the call fails, not the build
+        _call(LogsBackend([built], environ={}))
     with pytest.raises(ConfigError, match="LOKI_TOKEN is not set"):
         LogsBackend([LokiTarget(kind="loki", name="loki", url="http://127.0.0.1:3100", password_env="LOKI_TOKEN")], environ={})
+
+
+def test_loki_terms_in_labels_or_needing_folding_are_found(loki: FakeLoki) -> None:
+    """Query terms are matched here as for files: a term only in a label, or equal only after casefold/NFKC."""
+    t = NOW - timedelta(minutes=1)
+    loki.streams = [
+        {"stream": {"service": "payments", "level": "error", "job": "k8s"}, "values": [[_ns(t), "plain text line no markers"]]},
+        {"stream": {"service": "orders", "job": "k8s"}, "values": [
+            [_ns(t - timedelta(seconds=1)), "Ｃｏｎｎｅｃｔｉｏｎ ＲＥＦＵＳＥＤ by upstream"],  # fullwidth: NFKC → Connection REFUSED
+            [_ns(t - timedelta(seconds=2)), "Straße gesperrt"]]},  # casefold: ß → ss
+    ]
+    backend = LogsBackend([LokiTarget(kind="loki", name="loki", url=loki.url)], environ={})
+    for query, message in (("payments", "plain text line no markers"), ("error", "plain text line no markers"),
+                           ('"connection refused"', "Ｃｏｎｎｅｃｔｉｏｎ ＲＥＦＵＳＥＤ by upstream"), ("STRASSE", "Straße gesperrt")):
+        data, out = _call(backend, query=query)
+        assert [e["message"] for e in data["entries"]] == [message], query
+        assert "|" not in out.details["per_target"]["loki"]["logql"]  # no line filter pushed to Loki
+    data, _ = _call(backend, query="error", service="orders")
+    assert data["entries"] == []  # the service matcher still goes to Loki (and is checked here)
+    assert loki.requests[-1][1]["query"] == ['{job=~".+", service="orders"}']
+
+
+def test_loki_line_limit_reached_is_said(loki: FakeLoki) -> None:
+    t = NOW - timedelta(minutes=20)
+    values = [[_ns(t + timedelta(milliseconds=i)), f"request {i} done"] for i in range(2100)]
+    values[0][1] = "the only deadlock detected"  # the oldest line, past Loki's limit of 2000
+    loki.streams = [{"stream": {"service": "orders"}, "values": values}]
+    backend = LogsBackend([LokiTarget(kind="loki", name="loki", url=loki.url)], environ={})
+    data, out = _call(backend, query="deadlock")
+    info = out.details["per_target"]["loki"]
+    assert info["lines"] == 2000 and info["limit_reached"] is True and out.details["truncated"] is True
+    oldest_seen = NOW - timedelta(minutes=20) + timedelta(milliseconds=100)
+    assert info["searched_from"] == oldest_seen.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    assert data["entries"] == [] and (
+        f"Loki's line limit (2000) was reached for loki: lines before {info['searched_from']} were not searched "
+        "(narrow since or name a service)" in data["no_evidence"]
+    )
+    found, out = _call(backend, query="request 2099")
+    assert found["entries"][0]["message"] == "request 2099 done" and out.details["per_target"]["loki"]["limit_reached"] is True
+
+
+def test_loki_long_lines_are_cut(loki: FakeLoki) -> None:
+    loki.streams = [{"stream": {"service": "orders"}, "values": [[_ns(NOW - timedelta(minutes=1)), "deadlock " + "x" * 40_000]]}]
+    data, _ = _call(LogsBackend([LokiTarget(kind="loki", name="loki", url=loki.url)], environ={}), query="deadlock")
+    message = data["entries"][0]["message"]
+    assert message == ("deadlock " + "x" * 40_000)[:32768] + f" …[cut: {40_009 - 32768} more characters]"
+
+
+def test_logql_string_escapes_control_characters(loki: FakeLoki) -> None:
+    backend = LogsBackend([LokiTarget(kind="loki", name="loki", url=loki.url, selector="{}")], environ={})
+    _call(backend, service='a"b\\c\nd\re\tf')
+    sent = loki.requests[-1][1]["query"][0]
+    assert sent == '{service="a\\"b\\\\c\\nd\\re\\tf"}'
+    assert "\n" not in sent and "\r" not in sent and "\t" not in sent
+    from rootproof.backends.live.loki import logql_string
+
+    assert logql_string("x\x01y\x7fz\u2028") == '"x\\x01y\\x7fz\\u2028"'

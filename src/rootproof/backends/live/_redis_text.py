@@ -14,7 +14,9 @@
 - Server log: `pid:role dd Mon yyyy hh:mm:ss.mmm <level> message`. Redis writes the server's
   local time; the log is read on the host that runs Redis, so the time is read as this host's
   local time (UTC on most servers and containers). A line without a timestamp takes the time of
-  the line before; lines before the first timestamp of the part read are left out.
+  the line before; lines before the first timestamp of the part read are left out. The file is
+  opened by `tailfile.open_regular` (a FIFO or device is refused at once), and a line longer
+  than `tailfile.MAX_RECORD_CHARS` is cut, saying so.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from rootproof.backends.live.tailfile import cut_record, open_regular
 
 __all__ = [
     "LogLine",
@@ -158,9 +162,9 @@ def log_time(text: str) -> datetime | None:
 def read_log_tail(path: Path, max_bytes: int) -> tuple[list[LogLine], int]:
     """The last `max_bytes` of a log file as lines with their times (oldest first), and the bytes read.
 
-    Raises OSError when the file cannot be read.
+    Raises BackendQueryError naming the path when it is not a readable regular file.
     """
-    with path.open("rb") as f:
+    with open_regular(path) as f:
         size = f.seek(0, 2)
         start = max(0, size - max_bytes)
         f.seek(start)
@@ -178,7 +182,7 @@ def read_log_tail(path: Path, max_bytes: int) -> tuple[list[LogLine], int]:
         if ts is None:
             continue
         last = ts
-        lines.append(LogLine(text=text, ts=ts))
+        lines.append(LogLine(text=cut_record(text), ts=ts))
     return lines, len(data)
 
 

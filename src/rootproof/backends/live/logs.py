@@ -4,10 +4,15 @@ Files: each logs target's globs, newest file (modification time) first, each rea
 at most the target's `max_bytes` per call in all (`details.per_target.<name>.truncated` and
 `details.truncated` say when older lines were left unread); files last modified before the
 window starts are not read. Lines become records as `logparse` describes; `source` is the file
-name, `scope` the target's. Loki: `loki.LokiClient` (LogQL from the call's service and query
-terms); each line is parsed as jsonl or logfmt when it looks like one, else taken as a plain
-message with the stream's labels for service (`service_label`, else `job`) and level; `source`
-is `loki`, scope the stream's `scope` label or APPLICATION.
+name, `scope` the target's. Loki: `loki.LokiClient` (LogQL from the target's selector and
+the call's service only: query terms are matched here, as for files, since they may match a
+label or only after case folding; when Loki's line limit is reached,
+`details.per_target.<name>.limit_reached` and the no-evidence text say which older part of
+the window was not searched); each line is parsed as jsonl or logfmt when it looks like one,
+else taken as a plain message with the stream's labels for service (`service_label`, else
+`job`) and level; `source` is `loki`, scope the stream's `scope` label or APPLICATION.
+
+A message longer than `tailfile.MAX_RECORD_CHARS` is cut, saying so.
 
 Entries from every target are merged, then filtered (window, service, scope, minimum level,
 query terms with `backends.query` semantics) and ordered (most distinct terms, newest, as read)
@@ -30,7 +35,7 @@ from pydantic import BaseModel, ValidationError
 
 from rootproof.backends.live.logparse import LineParser, Record, normalise_level
 from rootproof.backends.live.loki import LOKI_LIMIT, LokiClient, LokiLine, build_logql
-from rootproof.backends.live.tailfile import newest_first, read_tail
+from rootproof.backends.live.tailfile import MAX_RECORD_CHARS, cut_record, newest_first, read_tail
 from rootproof.backends.query import TextQuery, TimeWindow, fold, order_matches, parse_query
 from rootproof.errors import BackendError, BackendQueryError, BackendUnavailable, ConfigError
 from rootproof.scenarios.types import format_timestamp
@@ -62,6 +67,13 @@ class _Entry:
         """The ref text of the entry (`tools.refs`), what a query matches."""
         r = self.record
         return f"{format_timestamp(r.ts)} {r.level} {r.service} [{self.source}] {r.message}"
+
+
+def _cut(r: Record) -> Record:
+    """`r` with its message cut at `MAX_RECORD_CHARS` (saying so)."""
+    if len(r.message) <= MAX_RECORD_CHARS:
+        return r
+    return Record(ts=r.ts, level=r.level, service=r.service, message=cut_record(r.message))
 
 
 def _parser_of(t: LogsTarget) -> LineParser:
@@ -130,7 +142,12 @@ class LogsBackend:
         for t in self._targets:
             try:
                 if isinstance(t, LokiTarget):
-                    got, info = self._from_loki(t, args, window, query)
+                    got, info = self._from_loki(t, args, window)
+                    if info["limit_reached"]:
+                        notes.append(
+                            f"Loki's line limit ({LOKI_LIMIT}) was reached for {t.name}: lines before "
+                            f"{info['searched_from']} were not searched (narrow since or name a service)"
+                        )
                 elif args.scope not in ("ALL", t.scope):
                     got, info = [], {"skipped": f"scope {t.scope}"}
                 else:
@@ -238,7 +255,7 @@ class LogsBackend:
             info["lines"] += len(tail.lines)
             info["unparsed"] += parsed.unparsed
             name = path.name
-            entries.extend([_Entry(record=r, source=name, scope=t.scope, target=t.name) for r in parsed.records])
+            entries.extend([_Entry(record=_cut(r), source=name, scope=t.scope, target=t.name) for r in parsed.records])
             if tail.truncated:
                 info["truncated"] = True
                 break
@@ -248,11 +265,16 @@ class LogsBackend:
             info["unreadable"] = [str(exc) for exc in failed]
         return entries, info
 
-    def _from_loki(self, t: LokiTarget, args: QueryLogsArgs, window: TimeWindow, query: TextQuery) -> tuple[list[_Entry], dict[str, Any]]:
-        logql = build_logql(t.selector, service_label=t.service_label, service=args.service, query=query)
+    def _from_loki(self, t: LokiTarget, args: QueryLogsArgs, window: TimeWindow) -> tuple[list[_Entry], dict[str, Any]]:
+        logql = build_logql(t.selector, service_label=t.service_label, service=args.service)
         lines, size = self._loki[t.name].query_range(logql, window)
         entries = [e for e in (self._loki_entry(t, ln) for ln in lines) if e is not None]
-        return entries, {"logql": logql, "bytes_read": size, "lines": len(lines), "limit_reached": len(lines) >= LOKI_LIMIT}
+        info: dict[str, Any] = {"logql": logql, "bytes_read": size, "lines": len(lines), "limit_reached": len(lines) >= LOKI_LIMIT}
+        if info["limit_reached"]:
+            oldest = min((ln.ts for ln in lines), default=window.start)
+            info["searched_from"] = format_timestamp(oldest)
+            info["truncated"] = True
+        return entries, info
 
     def _loki_entry(self, t: LokiTarget, ln: LokiLine) -> _Entry | None:
         labels = ln.labels
@@ -271,7 +293,7 @@ class LogsBackend:
             level = next((labels[k] for k in ("level", "detected_level", "severity", "lvl") if labels.get(k)), None)
             record = Record(ts=ln.ts, level=normalise_level(level), service=service, message=ln.line)
         scope = labels.get("scope", "").upper()
-        return _Entry(record=record, source="loki", scope=scope if scope in _SCOPES else "APPLICATION", target=t.name)
+        return _Entry(record=_cut(record), source="loki", scope=scope if scope in _SCOPES else "APPLICATION", target=t.name)
 
     # -- selection -----------------------------------------------------------------------------
 

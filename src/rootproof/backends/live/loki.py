@@ -1,20 +1,21 @@
 """A small Loki HTTP client for the logs backend: `query_range` and `/ready`.
 
 The LogQL of a call is the target's `selector`, with `<service_label>="<service>"` added to
-its matchers when the call names a service, then a case-insensitive line filter holding the
-query's terms (`|~ "(?i)term1|term2"`, each regex-escaped, a phrase's spaces as `\\s+`).
-`start`/`end` are the window in nanoseconds, `direction=backward` (newest first), `limit`
-`LOKI_LIMIT`. `X-Scope-OrgID` carries the tenant; the secret (`password_env`/`password_file`)
-is sent as HTTP basic auth when the URL names a user (`https://user@loki…`), else as a bearer
-token. Answers are read up to the target's `max_bytes`.
+its matchers when the call names a service. The query's terms are not pushed into a LogQL
+line filter: a term may match a label (service, level) or only after case folding and NFKC,
+which Loki's line filters cannot see, so the logs backend matches them in Python exactly as it
+does for files. `start`/`end` are the window in nanoseconds, `direction=backward` (newest
+first), `limit` `LOKI_LIMIT` (when that many lines come back, older lines of the window were
+not searched, and the logs backend says so). `X-Scope-OrgID` carries the tenant; the secret
+(`password_env`/`password_file`) is sent as HTTP basic auth when the URL names a user (`https://user@loki…`), else as a bearer
+token. Answers are read up to the target's `max_bytes`; HTTP failures are mapped as `_http`
+describes.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -23,11 +24,12 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
-from rootproof.backends.query import TextQuery, TimeWindow
-from rootproof.errors import BackendQueryError, BackendUnavailable, ConfigError
+from rootproof.backends.live._http import get_bounded, make_client, not_api
+from rootproof.backends.query import TimeWindow
+from rootproof.errors import BackendQueryError
 from rootproof.targets import LokiTarget, secret_of
 
-__all__ = ["LOKI_LIMIT", "LokiClient", "LokiLine", "build_logql"]
+__all__ = ["LOKI_LIMIT", "LokiClient", "LokiLine", "build_logql", "logql_string"]
 
 LOKI_LIMIT = 2000
 """Most lines asked of Loki per call (its default `max_entries_limit_per_query` is 5000)."""
@@ -42,8 +44,25 @@ class LokiLine:
     labels: dict[str, str]
 
 
-def _logql_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def logql_string(text: str) -> str:
+    """`text` as a double-quoted LogQL (Go) string literal: quote and backslash escaped, newline,
+    return, tab and the other C escapes by name, any other control character as a hex escape."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ch in "\u2028\u2029\x85" or 0x80 <= ord(ch) < 0xA0:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\a": "\\a", "\b": "\\b", "\f": "\\f", "\v": "\\v"}
 
 
 def _selector_end(selector: str) -> int:
@@ -68,20 +87,17 @@ def _selector_end(selector: str) -> int:
     return -1
 
 
-def build_logql(selector: str, *, service_label: str, service: str | None, query: TextQuery) -> str:
+def build_logql(selector: str, *, service_label: str, service: str | None) -> str:
     """The LogQL of one call (see the module docstring)."""
     expr = selector.strip()
     if service is not None:
         end = _selector_end(expr)
-        matcher = f"{service_label}={_logql_string(service)}"
+        matcher = f"{service_label}={logql_string(service)}"
         if end < 0:
             expr = "{" + matcher + "}" + (" " + expr if expr else "")
         else:
             inner = expr[1:end].strip()
             expr = "{" + (inner + ", " if inner else "") + matcher + "}" + expr[end + 1 :]
-    if not query.empty:
-        alternatives = [r"\s+".join(re.escape(word) for word in term.split()) for term in query.terms]
-        expr += " |~ " + _logql_string("(?i)" + "|".join(alternatives))
     return expr
 
 
@@ -99,14 +115,16 @@ class LokiClient:
     def __init__(self, target: LokiTarget, *, environ: Mapping[str, str]) -> None:
         self.target = target
         secret = secret_of(target, environ)
+        self._bad_url: str | None = None  # refused by the targets file; a target built in code fails its calls
         try:
             parts = urlsplit(target.url)
             host = parts.hostname or ""
             netloc = host + (f":{parts.port}" if parts.port else "")
         except ValueError as exc:
-            raise ConfigError(f"targets: {target.name}: url: not a valid URL ({exc})") from None
+            self._bad_url = str(exc)
+            parts, netloc = urlsplit(""), ""
         self._base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
-        self.shown = self._base
+        self.shown = self._base if self._bad_url is None else "invalid URL"
         self._headers: dict[str, str] = {"Accept": "application/json"}
         self._auth: tuple[str, str] | None = None
         if parts.username is not None:
@@ -118,39 +136,16 @@ class LokiClient:
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()  # calls may run in parallel threads; one client is shared
 
-    def _get(self, path: str, params: Mapping[str, str] | None = None) -> tuple[int, bytes]:
+    def _get(self, path: str, params: Mapping[str, str] | None = None) -> bytes:
         t = self.target
         with self._lock:
             if self._client is None:
-                self._client = httpx.Client(timeout=t.timeout_s, headers=self._headers, auth=self._auth, follow_redirects=False)
+                self._client = make_client(timeout_s=t.timeout_s, headers=self._headers, auth=self._auth)
             client = self._client
-        body = bytearray()
-        deadline = time.monotonic() + 2 * t.timeout_s  # httpx's timeout is per read; a dripping server is bounded too
-        try:
-            with client.stream("GET", self._base + path, params=params) as response:
-                for chunk in response.iter_bytes():
-                    body += chunk
-                    if time.monotonic() > deadline:
-                        raise httpx.ReadTimeout("the answer took too long")
-                    if len(body) > t.max_bytes:
-                        raise BackendQueryError(f"loki {t.name} ({self.shown}): the answer is larger than max_bytes={t.max_bytes}")
-                status = response.status_code
-        except httpx.TimeoutException as exc:
-            raise BackendUnavailable(f"loki {t.name} ({self.shown}): timed out after {t.timeout_s}s") from exc
-        except httpx.UnsupportedProtocol as exc:
-            raise BackendQueryError(f"loki {t.name} ({self.shown}): not an http(s) URL") from exc
-        except (httpx.TransportError, OSError) as exc:
-            raise BackendUnavailable(f"loki {t.name} ({self.shown}): unreachable ({type(exc).__name__})") from exc
-        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
-            raise BackendQueryError(f"loki {t.name} ({self.shown}): {type(exc).__name__}") from exc
-        if status in (401, 403):
-            raise BackendUnavailable(f"loki {t.name} ({self.shown}): authentication failed (HTTP {status})")
-        if status == 429 or status >= 500:
-            raise BackendUnavailable(f"loki {t.name} ({self.shown}): HTTP {status}")
-        if status != 200:
-            snippet = body[:300].decode("utf-8", errors="replace").strip()
-            raise BackendQueryError(f"loki {t.name} ({self.shown}): HTTP {status}: {snippet}")
-        return status, bytes(body)
+        where = f"loki {t.name} ({self.shown})"
+        if self._bad_url is not None:
+            raise BackendQueryError(f"{where}: invalid URL ({self._bad_url})")
+        return get_bounded(client, self._base + path, where=where, path=path, params=params, max_bytes=t.max_bytes, timeout_s=t.timeout_s)
 
     def ready(self) -> None:
         """Raise unless `/ready` answers 200."""
@@ -165,7 +160,7 @@ class LokiClient:
             "limit": str(LOKI_LIMIT),
             "direction": "backward",
         }
-        _, body = self._get("/loki/api/v1/query_range", params)
+        body = self._get("/loki/api/v1/query_range", params)
         try:
             data: Any = json.loads(body)
             streams = data["data"]["result"]
@@ -176,8 +171,9 @@ class LokiClient:
                 for s in streams
                 for ns, text, *_ in s["values"]
             ]
-        except (ValueError, KeyError, TypeError, AttributeError, OverflowError, OSError) as exc:
-            raise BackendQueryError(f"loki {self.target.name} ({self.shown}): unexpected answer to query_range ({exc})") from exc
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError, OSError, RecursionError) as exc:
+            where = f"loki {self.target.name} ({self.shown})"
+            raise not_api(where, "/loki/api/v1/query_range", f"a Loki streams answer ({type(exc).__name__})") from None
         return lines, len(body)
 
     def close(self) -> None:

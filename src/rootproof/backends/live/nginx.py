@@ -1,7 +1,8 @@
 """The live nginx backend: `inspect_nginx` over a server's error log, access log, config and stub_status.
 
 - `error_log`, `access_log`: the files named by the target, read from their end (at most
-  `max_bytes` per call), one raw line per `lines[]` item, windowed on each line's own time:
+  `max_bytes` per call), one raw line per `lines[]` item (cut at `tailfile.MAX_RECORD_CHARS`,
+  saying so), windowed on each line's own time:
   `2026/12/01 12:00:00 [error] …` (the server's local time, which is this machine's when the
   file is local) and `[01/Dec/2026:12:00:00 +0000]` (`$time_local`, or an ISO 8601
   `$time_iso8601` anywhere in the line). A line without a time of its own continues the line
@@ -12,7 +13,8 @@
   first `max_bytes` at most; `include` directives are not followed (their arguments are listed
   in `details.includes`), so a ref's line number is always a line of the named file.
 - `status`: `GET status_url` (stub_status) → active, accepts, handled, requests, reading,
-  writing, waiting — the field names the snapshot scenarios use.
+  writing, waiting — the field names the snapshot scenarios use. HTTP failures are mapped as
+  `_http` describes (a page that is not stub_status's is `BackendUnavailable`).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from rootproof.backends.live.tailfile import read_head, read_tail
+from rootproof.backends.live._http import get_bounded, make_client, not_api
+from rootproof.backends.live.tailfile import cut_record, read_head, read_tail
 from rootproof.backends.query import TimeWindow, order_matches, parse_query
-from rootproof.errors import BackendError, BackendQueryError, BackendUnavailable
+from rootproof.errors import BackendError, BackendQueryError
 from rootproof.scenarios.types import format_timestamp
 from rootproof.targets import NginxTarget, TargetCheck
 from rootproof.tools.base import BackendResult, InspectNginxArgs, window_start
@@ -227,6 +230,7 @@ class NginxBackend:
                 last = ts
                 if not window.start <= ts <= window.end:
                     continue
+                line = cut_record(line)
                 score = 0 if query.empty else query.score(line)
                 if query.empty or score:
                     candidates.append((score, ts, line))
@@ -257,7 +261,7 @@ class NginxBackend:
         lines: list[str] = []
         if t.config is not None:
             head = read_head(t.config, t.max_bytes)
-            lines = head.lines
+            lines = [cut_record(line) for line in head.lines]
             includes = [m.group(1).strip() for line in lines if (m := _INCLUDE.match(line))]
             details.update(path=str(t.config), bytes_read=head.bytes_read, truncated=head.truncated, includes=includes)
         query = parse_query(args.query)
@@ -291,33 +295,17 @@ class NginxBackend:
     def _fetch_status(self) -> tuple[dict[str, int], int]:
         t = self._target
         assert t.status_url is not None
-        shown = masked_url(t.status_url)
+        where = f"nginx status {masked_url(t.status_url)}"
         with self._lock:
             if self._client is None:
-                self._client = httpx.Client(timeout=t.timeout_s, follow_redirects=False)
+                self._client = make_client(timeout_s=t.timeout_s)
             client = self._client
-        body = bytearray()
-        deadline = time.monotonic() + 2 * t.timeout_s  # httpx's timeout is per read; a dripping server is bounded too
         try:
-            with client.stream("GET", t.status_url) as response:
-                for chunk in response.iter_bytes():
-                    body += chunk
-                    if time.monotonic() > deadline:
-                        raise httpx.ReadTimeout("the answer took too long")
-                    if len(body) > t.max_bytes:
-                        raise BackendQueryError(f"nginx status {shown}: the answer is larger than {t.max_bytes} bytes")
-                status = response.status_code
-        except httpx.TimeoutException as exc:
-            raise BackendUnavailable(f"nginx status {shown}: timed out after {t.timeout_s}s") from exc
-        except httpx.UnsupportedProtocol as exc:
-            raise BackendQueryError(f"nginx status {shown}: not an http(s) URL") from exc
-        except (httpx.TransportError, OSError) as exc:
-            raise BackendUnavailable(f"nginx status {shown}: unreachable ({type(exc).__name__})") from exc
-        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
-            raise BackendQueryError(f"nginx status {shown}: {type(exc).__name__}") from exc
-        if status != 200:
-            raise BackendQueryError(f"nginx status {shown}: HTTP {status}")
+            path = urlsplit(t.status_url).path or "/"
+        except ValueError:
+            path = "/"
+        body = get_bounded(client, t.status_url, where=where, path=path, max_bytes=t.max_bytes, timeout_s=t.timeout_s)
         try:
             return parse_stub_status(body.decode("utf-8", errors="replace")), len(body)
-        except ValueError as exc:
-            raise BackendQueryError(f"nginx status {shown}: {exc}") from exc
+        except ValueError:
+            raise not_api(where, path, "a stub_status page") from None

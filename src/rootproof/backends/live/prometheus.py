@@ -44,6 +44,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from rootproof.backends.live._http import request_error, status_error, url_error
 from rootproof.backends.live._prom_series import kept_series, number, unit_of
 from rootproof.backends.query import TimeWindow
 from rootproof.errors import BackendError, BackendQueryError, BackendUnavailable
@@ -290,6 +291,8 @@ class PrometheusBackend:
         """Status and body of one GET, the body bounded by max_bytes and the call by timeout_s."""
         if self._closed:
             raise BackendError(f"{self._where()}: the backend is closed")
+        if (bad := url_error(self._base + path, where=self._where())) is not None:
+            raise bad
         limit, deadline = self.target.max_bytes, time.monotonic() + self.target.timeout_s
         chunks: list[bytes] = []
         size = 0
@@ -306,17 +309,13 @@ class PrometheusBackend:
                         raise BackendUnavailable(f"{self._where()}: no complete answer within {self.target.timeout_s:g}s")
                     chunks.append(chunk)
                 return resp.status_code, b"".join(chunks)
-        except httpx.TimeoutException as exc:
-            raise BackendUnavailable(f"{self._where()}: timed out after {self.target.timeout_s:g}s ({type(exc).__name__})") from None
-        except (httpx.TransportError, httpx.DecodingError) as exc:
-            raise BackendUnavailable(f"{self._where()}: unreachable ({type(exc).__name__}: {_brief(str(exc))})") from None
-        except httpx.InvalidURL as exc:
-            raise BackendUnavailable(f"{self._where()}: invalid URL ({_brief(str(exc))})") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:  # mapped as every live HTTP backend maps it (_http)
+            raise request_error(exc, where=self._where(), timeout_s=self.target.timeout_s) from None
 
     def _get_text(self, path: str) -> str:
         status, body = self._read(path, {})
-        if status != 200:
-            raise BackendUnavailable(f"{self._where()}: GET {path} answered HTTP {status}")
+        if (error := status_error(status, body, where=self._where(), path=path)) is not None:
+            raise error
         return body.decode("utf-8", "replace")
 
     def _get(self, path: str, params: Mapping[str, str]) -> tuple[Any, int, list[str]]:
@@ -326,14 +325,8 @@ class PrometheusBackend:
             doc = json.loads(body)
         except ValueError:
             doc = None
-        error = _brief(str(doc.get("error", ""))) if isinstance(doc, dict) else ""
-        kind = str(doc.get("errorType", "")) if isinstance(doc, dict) else ""
-        if status in (400, 422):
-            raise BackendQueryError(f"{self._where()}: Prometheus refused the query ({kind or status}): {error or 'no error text'}")
-        if status in (401, 403):
-            raise BackendUnavailable(f"{self._where()}: authentication failed (HTTP {status})")
-        if status != 200:
-            raise BackendUnavailable(f"{self._where()}: GET {path} answered HTTP {status}" + (f" ({kind}: {error})" if error else ""))
+        if (error := status_error(status, body, where=self._where(), path=path)) is not None:
+            raise error
         if not isinstance(doc, dict) or doc.get("status") != "success" or "data" not in doc:
             raise BackendUnavailable(f"{self._where()}: GET {path} did not answer the Prometheus API (status=success, data)")
         warnings = doc.get("warnings")

@@ -48,6 +48,7 @@ from rootproof.backends.live._redis_text import (
     read_log_tail,
     slowlog_line,
 )
+from rootproof.backends.live.tailfile import open_regular
 from rootproof.backends.query import TimeWindow, order_matches, parse_query
 from rootproof.errors import BackendError, BackendQueryError, BackendUnavailable, ConfigError
 from rootproof.scenarios.types import format_timestamp
@@ -218,14 +219,14 @@ class RedisBackend:
     def call(self, tool: str, args: BaseModel, *, now: datetime, run_id: str) -> BackendResult:
         """Run one `inspect_redis` call; windows end at `now` (the wall clock)."""
         if tool != "inspect_redis":
-            raise BackendQueryError(f"the redis backend serves inspect_redis, not {tool!r}")
+            raise BackendError(f"the redis backend does not serve {tool!r} (it serves inspect_redis)")
         if not isinstance(args, InspectRedisArgs):
             try:
                 args = InspectRedisArgs.model_validate(args.model_dump())
             except ValidationError as exc:
-                raise BackendQueryError(f"inspect_redis: arguments are not InspectRedisArgs: {exc}") from exc
+                raise BackendError(f"{tool}: arguments are not InspectRedisArgs: {exc}") from exc
         if now.tzinfo is None:
-            raise BackendQueryError(f"inspect_redis: the clock must be timezone-aware (got {now.isoformat()})")
+            raise BackendError(f"{tool}: the run's clock must be timezone-aware (got {now.isoformat()})")
         now = now.astimezone(UTC)
         started = time.perf_counter()
         handlers: dict[str, Callable[[InspectRedisArgs, datetime], tuple[Any, dict[str, Any]]]] = {
@@ -270,10 +271,10 @@ class RedisBackend:
             warnings.append("no log configured: kind=log finds nothing (Redis logs nothing for refused clients anyway)")
         else:
             try:
-                with log.open("rb"):
+                with open_regular(log):
                     pass
-            except OSError as exc:
-                warnings.append(f"log {log} is unreadable: {exc.strerror or exc}")
+            except BackendQueryError as exc:
+                warnings.append(f"log {log} is unreadable: {exc}")
         return TargetCheck(name=self._target.name, kind="redis", usable=True, warnings=warnings)
 
     def close(self) -> None:
@@ -393,9 +394,7 @@ class RedisBackend:
             return result, {"bytes_read": 0, **details}
         try:
             lines, read = read_log_tail(path, self._target.max_bytes)
-        except OSError as exc:
-            raise BackendQueryError(
-                f"redis target {self._target.name}: cannot read its log {path}: {exc.strerror or exc}"
-            ) from None
+        except (BackendQueryError, OSError) as exc:
+            raise BackendQueryError(f"redis target {self._target.name}: cannot read its log ({exc})") from None
         result, details = self._lines(args, now, [(self._scrub(line.text), line.ts) for line in lines])
         return result, {"bytes_read": read, **details}

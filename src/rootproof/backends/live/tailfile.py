@@ -3,18 +3,57 @@
 A call never reads more than its byte budget: the last `budget` bytes of a file are read, and
 when that cuts a line, the cut line (the oldest, at the start of the read) is dropped. Bytes
 are decoded as UTF-8 with undecodable bytes replaced, so hostile input cannot fail a read.
+
+Every file the live backends read outside PostgreSQL is opened by `open_regular`: without
+blocking (`O_NONBLOCK | O_NOCTTY`), then refused unless it is a regular file, so a FIFO, a
+device (`/dev/zero`) or a symlink to one named as a log or config fails at once instead of
+hanging the call or reading without end. `cut_record` cuts one line or message at
+`MAX_RECORD_CHARS` and says how much was cut.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from rootproof.errors import BackendQueryError
 
-__all__ = ["Tail", "newest_first", "read_head", "read_tail"]
+__all__ = ["MAX_RECORD_CHARS", "Tail", "cut_record", "newest_first", "open_regular", "read_head", "read_tail"]
+
+MAX_RECORD_CHARS = 32 * 1024
+"""Most characters of one log line or message a result holds; a longer one is cut, and says so."""
+
+
+def cut_record(text: str) -> str:
+    """`text` cut at `MAX_RECORD_CHARS`, with a marker saying how many characters were cut."""
+    if len(text) <= MAX_RECORD_CHARS:
+        return text
+    return text[:MAX_RECORD_CHARS] + f" …[cut: {len(text) - MAX_RECORD_CHARS} more characters]"
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """`path` opened for binary reading without blocking; BackendQueryError unless it is a readable regular file.
+
+    `O_NONBLOCK` makes opening a FIFO return at once (a plain open waits for a writer for ever);
+    `fstat` of the opened descriptor (symlinks followed, no race with the name) refuses FIFOs,
+    sockets and devices. The returned file is the caller's to close.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise BackendQueryError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise BackendQueryError(f"{path}: not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,7 +71,7 @@ class Tail:
 def read_tail(path: Path, budget: int) -> Tail:
     """The lines in the last `budget` bytes of `path` (oldest first); BackendQueryError naming the path if unreadable."""
     try:
-        with path.open("rb") as fh:
+        with open_regular(path) as fh:
             size = os.fstat(fh.fileno()).st_size
             start = max(0, size - budget)
             fh.seek(start)
@@ -54,7 +93,7 @@ def read_tail(path: Path, budget: int) -> Tail:
 def read_head(path: Path, budget: int) -> Tail:
     """The first lines of `path` within `budget` bytes (a cut last line dropped); for configuration files."""
     try:
-        with path.open("rb") as fh:
+        with open_regular(path) as fh:
             data = fh.read(budget + 1)
     except OSError as exc:
         raise BackendQueryError(f"cannot read {path}: {exc.strerror or exc}") from exc
