@@ -189,4 +189,13 @@ def slow_requests(server: Nginx, n: int) -> list[int]:
         t.start()
     for t in threads:
         t.join()
+    # nginx writes a request's access-log line in its log phase, after the client has its answer:
+    # wait (bounded) until both logs hold every request, so a test never reads a log mid-write.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        access = Path(server.access_log).read_text(encoding="utf-8", errors="replace").count('" 504 ')
+        errors = Path(server.error_log).read_text(encoding="utf-8", errors="replace").count("upstream timed out")
+        if access >= n and errors >= n:
+            break
+        time.sleep(0.05)
     return codes
