@@ -115,28 +115,34 @@ def test_migrations_apply_from_empty_and_match_models(store_url: str) -> None:
         engine.dispose()
 
 
-def test_upgrade_from_0001_keeps_runs_and_adds_the_alert_column(store_url: str) -> None:
+def _old_run_at(store_url: str, revision: str, question: str, tokens: int) -> sa.Engine:
+    """A store migrated to `revision` only, holding session `s-old` and run `r-old`."""
     from alembic import command
     from alembic.config import Config
 
     from rootproof.store.sql import SCRIPT_LOCATION
 
     engine = sa.create_engine(store_url)
+    cfg = Config()
+    cfg.set_main_option("script_location", SCRIPT_LOCATION)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO chat_session (session_id, owner, created_at) VALUES ('s-old', 'cli', :t)"), {"t": _t()})
+        conn.execute(
+            sa.text(
+                "INSERT INTO diagnosis_run (run_id, session_id, question, language, principal, lifecycle_state, tokens, started_at) "
+                "VALUES ('r-old', 's-old', :q, 'zh', 'cli', 'COMPLETED', :n, :t)"
+            ),
+            {"t": _t(), "q": question, "n": tokens},
+        )
+    return engine
+
+
+def test_upgrade_from_0001_keeps_runs_and_adds_the_alert_column(store_url: str) -> None:
+    engine = _old_run_at(store_url, "0001", "支付接口超时", 7)
     try:
-        cfg = Config()
-        cfg.set_main_option("script_location", SCRIPT_LOCATION)
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "0001")
-        with engine.begin() as conn:
-            conn.execute(sa.text("INSERT INTO chat_session (session_id, owner, created_at) VALUES ('s-old', 'cli', :t)"), {"t": _t()})
-            conn.execute(
-                sa.text(
-                    "INSERT INTO diagnosis_run (run_id, session_id, question, language, principal, lifecycle_state, tokens, started_at) "
-                    "VALUES ('r-old', 's-old', '支付接口超时', 'zh', 'cli', 'COMPLETED', 7, :t)"
-                ),
-                {"t": _t()},
-            )
         with SqlTraceStore(store_url) as store:  # upgrades to head on open
             data = store.trace("r-old")
             assert data is not None
@@ -147,31 +153,12 @@ def test_upgrade_from_0001_keeps_runs_and_adds_the_alert_column(store_url: str) 
 
 
 def test_upgrade_from_0002_keeps_runs_and_adds_the_targets_checksum(store_url: str) -> None:
-    from alembic import command
-    from alembic.config import Config
-
-    from rootproof.store.sql import SCRIPT_LOCATION
-
-    engine = sa.create_engine(store_url)
+    engine = _old_run_at(store_url, "0002", "why", 3)
     try:
-        cfg = Config()
-        cfg.set_main_option("script_location", SCRIPT_LOCATION)
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "0002")
         assert "targets_checksum" not in {c["name"] for c in sa.inspect(engine).get_columns("diagnosis_run")}
-        with engine.begin() as conn:
-            conn.execute(sa.text("INSERT INTO chat_session (session_id, owner, created_at) VALUES ('s-old', 'cli', :t)"), {"t": _t()})
-            conn.execute(
-                sa.text(
-                    "INSERT INTO diagnosis_run (run_id, session_id, question, language, principal, lifecycle_state, tokens, started_at) "
-                    "VALUES ('r-old', 's-old', 'why', 'en', 'cli', 'COMPLETED', 3, :t)"
-                ),
-                {"t": _t()},
-            )
         with SqlTraceStore(store_url) as store:  # upgrades to head on open
             data = store.trace("r-old")
-            assert data is not None and data["run"]["targets_checksum"] is None
+            assert data is not None and data["run"]["targets_checksum"] is None and data["run"]["tokens"] == 3
             store.save_run(_run(run_id="r-live", session_id="s-old", targets_checksum="sha256:" + "ab" * 32))
             live = store.trace("r-live")
             assert live is not None and live["run"]["targets_checksum"] == "sha256:" + "ab" * 32

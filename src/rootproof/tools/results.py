@@ -99,6 +99,18 @@ class Window:
         return {"from": self.from_, "to": self.to}
 
 
+class _Shape:
+    """What every result shape shares: its canonical JSON (a window as `{"from", "to"}`)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The canonical result."""
+        out = _json(self)
+        window = getattr(self, "window", None)
+        if isinstance(window, Window):
+            out["window"] = window.as_json()
+        return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class LogItem:
     """One log entry: ref text `{ts} {level} {service} [{source}] {message}`."""
@@ -117,19 +129,13 @@ class LogItem:
 
 
 @dataclass(frozen=True, kw_only=True)
-class LogsResult:
+class LogsResult(_Shape):
     """`query_logs`."""
 
     window: Window
     total_matches: int
     entries: list[LogItem] = field(default_factory=list)
     no_evidence: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The canonical result."""
-        out = _json(self)
-        out["window"] = self.window.as_json()
-        return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,7 +182,7 @@ class SeriesItem:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MetricsResult:
+class MetricsResult(_Shape):
     """`query_metrics`."""
 
     window: Window
@@ -185,15 +191,9 @@ class MetricsResult:
     """How many series matched when more than `series` lists (a live backend's cut at 50); absent otherwise."""
     no_evidence: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The canonical result."""
-        out = _json(self)
-        out["window"] = self.window.as_json()
-        return out
-
 
 @dataclass(frozen=True, kw_only=True)
-class RowsResult:
+class RowsResult(_Shape):
     """Rows in the system's own column names (PostgreSQL views, CLIENT LIST fields)."""
 
     kind: str
@@ -201,13 +201,9 @@ class RowsResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
     no_evidence: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The canonical result."""
-        return _json(self)
-
 
 @dataclass(frozen=True, kw_only=True)
-class LinesResult:
+class LinesResult(_Shape):
     """Raw log-like lines (server logs, SLOWLOG entries, nginx logs), best match first."""
 
     kind: str
@@ -216,77 +212,51 @@ class LinesResult:
     lines: list[str] = field(default_factory=list)
     no_evidence: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The canonical result."""
-        out = _json(self)
-        out["window"] = self.window.as_json()
-        return out
-
 
 @dataclass(frozen=True, kw_only=True)
-class SettingsResult:
+class SettingsResult(_Shape):
     """`name → value` (PostgreSQL settings, Redis CONFIG)."""
 
     kind: str
     settings: dict[str, Scalar] = field(default_factory=dict)
     no_evidence: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The canonical result."""
-        return _json(self)
-
 
 @dataclass(frozen=True, kw_only=True)
-class InfoResult:
+class InfoResult(_Shape):
     """Redis INFO: `section → field → value`."""
 
     kind: str
     info: dict[str, dict[str, Scalar]] = field(default_factory=dict)
     no_evidence: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The canonical result."""
-        return _json(self)
-
 
 @dataclass(frozen=True, kw_only=True)
-class ConfigResult:
+class ConfigResult(_Shape):
     """A configuration text, line by line (line number = index + 1), returned whole."""
 
     kind: str
     config: list[str] = field(default_factory=list)
     no_evidence: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The canonical result."""
-        return _json(self)
-
 
 @dataclass(frozen=True, kw_only=True)
-class StatusResult:
+class StatusResult(_Shape):
     """nginx stub_status fields (`active_connections`, `accepts`, …)."""
 
     kind: str
     status: dict[str, Scalar] = field(default_factory=dict)
     no_evidence: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The canonical result."""
-        return _json(self)
-
 
 @dataclass(frozen=True, kw_only=True)
-class KnowledgeResult:
+class KnowledgeResult(_Shape):
     """`lookup_knowledge`."""
 
     query: str
     results: list[dict[str, Any]] = field(default_factory=list)
     no_evidence: str | None = None
     deduplicated: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The canonical result."""
-        return _json(self)
 
 
 ToolResult = (
