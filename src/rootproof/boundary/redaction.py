@@ -445,7 +445,6 @@ def _redact_line(line: str, *, gate: bool = True) -> str:
 # redacted once. A pure function of the text, so a cached answer is the answer.
 _CACHE_MAX = 8192
 _CACHE_TEXT = 512
-_cache: dict[str, str] = {}
 
 
 def redact(text: str) -> str:
@@ -454,13 +453,7 @@ def redact(text: str) -> str:
         return text
     if type(text) is not str or len(text) > _CACHE_TEXT:
         return _redact(text)
-    done = _cache.get(text)
-    if done is None:
-        done = _redact(text)
-        if len(_cache) >= _CACHE_MAX:
-            _cache.clear()
-        _cache[text] = done
-    return done
+    return _redact_cached(text)
 
 
 def _redact(text: str) -> str:
@@ -496,3 +489,7 @@ def redact_value(value: Any) -> Any:
             out[k] = v if type(v) in _NO_TEXT else redact_value(v)
         return out
     return value
+
+
+_redact_cached = functools.lru_cache(maxsize=_CACHE_MAX)(_redact)
+"""`_redact` of short texts, remembered (results repeat the same values: INFO fields, labels)."""

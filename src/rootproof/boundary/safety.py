@@ -8,6 +8,7 @@ re-exported here.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -77,7 +78,6 @@ _ENGLISH_WORDS = (
 )
 _CACHE_MAX = 4096
 _CACHE_TEXT = 512
-_cache: dict[str, bool] = {}
 
 
 def _fold_ascii(text: str) -> str:
@@ -94,15 +94,13 @@ def _detect(text: str) -> bool:
     return any(p.search(folded) for p in _INJECTION)
 
 
+_detect_cached = functools.lru_cache(maxsize=_CACHE_MAX)(_detect)
+"""`_detect` of short texts, remembered (results repeat the same values)."""
+
+
 def is_instruction_like(text: str) -> bool:
     """True when the text reads as instructions addressed to an AI reader, disguised or not
     (full-width letters, zero-width characters, look-alike letters, Chinese)."""
     if len(text) > _CACHE_TEXT:
         return _detect(text)
-    found = _cache.get(text)
-    if found is None:
-        found = _detect(text)
-        if len(_cache) >= _CACHE_MAX:
-            _cache.clear()
-        _cache[text] = found
-    return found
+    return _detect_cached(text)
