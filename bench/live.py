@@ -24,7 +24,6 @@ import importlib
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -43,8 +42,9 @@ from rootproof.run.records import MemoryTraceSink
 from rootproof.targets import LogsTarget, NginxTarget, PostgresTarget, PrometheusTarget, RedisTarget
 from rootproof.tools.base import TOOLS
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "backends"))
-import prom_env  # noqa: E402  (the tests' Prometheus starter, reused)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from backends import prom_env  # noqa: E402  (the tests' Prometheus starter, reused)
+from backends.procs import free_port, stop_process  # noqa: E402
 
 PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -132,10 +132,6 @@ def measure(case: Case, runs: int, warmup: int = 3) -> dict[str, Any]:
 # -- what the cases need -------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    return prom_env.free_port()
-
-
 @contextmanager
 def private_nginx() -> Iterator[Path | str]:
     """A private nginx proxying to a dead upstream (so its error log fills); yields the log path, or why not."""
@@ -143,7 +139,7 @@ def private_nginx() -> Iterator[Path | str]:
         yield f"{NGINX} is not installed"
         return
     tmp = Path(tempfile.mkdtemp(prefix="rootproof-bench-nginx-"))
-    port, dead = _free_port(), _free_port()
+    port, dead = free_port(), free_port()
     temp_paths = "".join(f"    {k}_temp_path {tmp}/{k};\n" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
     (tmp / "nginx.conf").write_text(
         f"worker_processes 1;\npid {tmp}/nginx.pid;\nerror_log {tmp}/error.log info;\nevents {{ worker_connections 64; }}\n"
@@ -172,13 +168,7 @@ def private_nginx() -> Iterator[Path | str]:
             httpx.get(f"http://127.0.0.1:{port}/orders/{i}", timeout=2)
         yield tmp / "error.log"
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_process(proc)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -6,15 +6,12 @@ Skips when `redis-server` is missing (fails under `ROOTPROOF_REQUIRE_SERVICES=1`
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,14 +21,9 @@ from redis.retry import Retry
 
 from conftest import _unavailable
 
+from .procs import free_port, stop_process
+
 __all__ = ["PrivateRedis", "client", "free_port", "private_redis"]
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (at the time of asking)."""
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,11 +83,5 @@ def private_redis(*extra: str, maxclients: int = 8, password: str | None = None)
             time.sleep(0.02)
         yield PrivateRedis(port=port, folder=folder, log=log, pid=proc.pid, password=password)
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        stop_process(proc, wait_s=10)
         shutil.rmtree(folder, ignore_errors=True)

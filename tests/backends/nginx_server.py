@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -29,6 +28,8 @@ from typing import Any, NoReturn
 
 import httpx
 import pytest
+
+from .procs import free_port, stop_process
 
 NGINX = "/usr/sbin/nginx"
 SLOW_S = 2.5
@@ -83,13 +84,6 @@ class _QuietServer(ThreadingHTTPServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _conf(prefix: Path, port: int, upstream_port: int) -> str:
@@ -163,13 +157,8 @@ def nginx_with_slow_upstream() -> Iterator[Nginx]:
                 time.sleep(0.05)
         yield server
     finally:
-        if proc is not None and proc.poll() is None:
-            os.kill(proc.pid, signal.SIGQUIT)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=5)
+        if proc is not None:
+            stop_process(proc, signal.SIGQUIT)  # nginx's graceful stop
         if proc is not None and proc.stderr is not None:
             proc.stderr.close()
         upstream.shutdown()

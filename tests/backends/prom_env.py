@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -31,6 +30,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .procs import free_port, stop_process
 
 __all__ = ["PromEnv", "missing_binaries", "prometheus_env", "running_prom_env", "start_prom_env"]
 
@@ -62,13 +63,6 @@ def missing_binaries() -> list[str]:
     return [BINARIES[r][0] for r in BINARIES if _binary(r) is None]
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class PromEnv:
     """A running private Prometheus and its two exporters."""
@@ -95,13 +89,9 @@ class PromEnv:
         """Stop the processes by their pids (TERM, then KILL after 5s) and remove the folder; idempotent."""
         for proc in self.procs.values():
             if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGTERM)
+                os.kill(proc.pid, signal.SIGTERM)  # all at once, then wait for each
         for proc in self.procs.values():
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=5)
+            stop_process(proc)
         self.procs.clear()
         shutil.rmtree(self.tmp, ignore_errors=True)
 

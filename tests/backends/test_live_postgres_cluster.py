@@ -28,6 +28,7 @@ from rootproof.targets import PostgresTarget
 from rootproof.tools.base import BackendResult, InspectPostgresArgs
 
 from .pg_support import FreezableProxy
+from .procs import free_port
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -38,12 +39,6 @@ BIN = Path("/usr/lib/postgresql/15/bin")
 class Cluster:
     primary: str
     standby: str
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _as_postgres(*cmd: str) -> None:
@@ -60,7 +55,7 @@ def cluster() -> Iterator[Cluster]:
         pg = pwd.getpwnam("postgres")
         os.chown(base, pg.pw_uid, pg.pw_gid)
     primary, standby = base / "primary", base / "standby"
-    p1, p2 = _port(), _port()
+    p1, p2 = free_port(), free_port()
     started: list[Path] = []
     try:
         _as_postgres(str(BIN / "initdb"), "-D", str(primary), "--auth=trust", "-U", "postgres", "-E", "UTF8")

@@ -30,6 +30,7 @@ from rootproof.targets import PostgresTarget, TargetCheck
 from rootproof.tools.base import BackendResult, InspectPostgresArgs
 
 from .pg_support import SERVER, FreezableProxy, private_database
+from .procs import free_port
 
 pytestmark = pytest.mark.services
 
@@ -49,12 +50,6 @@ def _backend(dsn: str, **kw: object) -> PostgresBackend:
 
 def _call(backend: PostgresBackend, **args: object) -> BackendResult:
     return backend.call("inspect_postgres", InspectPostgresArgs.model_validate(args), now=datetime.now(UTC), run_id="t")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _in_thread(work: Callable[[], object], wait_s: float) -> tuple[bool, dict[str, object]]:
@@ -82,7 +77,7 @@ def pooled(dsn: str) -> Iterator[str]:
     params = conninfo_to_dict(dsn)
     user, db = str(params.get("user") or "postgres"), str(params["dbname"])
     base = Path(tempfile.mkdtemp(prefix="rootproof-pgb-"))
-    port = _free_port()
+    port = free_port()
     (base / "users.txt").write_text(f'"{user}" ""\n')
     (base / "pgbouncer.ini").write_text(
         f"[databases]\n{db} = host={params.get('host') or '127.0.0.1'} port={params.get('port') or 5432} dbname={db} user={user}\n"
@@ -289,7 +284,7 @@ def test_a_sql_ascii_database_is_usable() -> None:
 
 
 def test_a_one_letter_password_does_not_garble_messages() -> None:
-    port = _free_port()
+    port = free_port()
     target = PostgresTarget(name="orders-db", kind="postgres", dsn=f"postgresql://app@127.0.0.1:{port}/orders", password_env="PGPW")
     backend = PostgresBackend(target, environ={"PGPW": "s"})
     with pytest.raises(BackendUnavailable) as err:
