@@ -55,6 +55,13 @@ def test_rootproof_targets_is_the_default_unless_a_scenario_is_given(tmp_path: P
     assert json.loads(p.stdout)["invocation"]["data_source"] == "snapshot"
 
 
+def test_a_bad_file_from_rootproof_targets_names_the_variable(tmp_path: Path, bad: Path) -> None:
+    p = rp("diagnose", "why is checkout slow?", home=tmp_path, ROOTPROOF_TARGETS=str(tmp_path / "missing.yaml"))
+    _one_error_line(p, f"Error: ROOTPROOF_TARGETS: {tmp_path / 'missing.yaml'}: cannot be read")
+    p = rp("diagnose", "why is checkout slow?", "--targets", str(tmp_path / "missing.yaml"), home=tmp_path)
+    _one_error_line(p, f"Error: {tmp_path / 'missing.yaml'}: cannot be read")  # a path the user typed needs no variable
+
+
 def _dead_postgres(tmp_path: Path) -> Path:
     targets = tmp_path / "rootproof.targets.yaml"
     targets.write_text(

@@ -174,13 +174,19 @@ def _targets(path: Path | None, scenario: str | None) -> LoadedTargets | None:
     `--scenario` is given; both `--targets` and `--scenario` is a usage error."""
     if path is not None and scenario is not None:
         raise UsageError("--targets and --scenario exclude each other: a run reads either live targets or a scenario")
-    if path is None and scenario is None:
+    from_setting = path is None and scenario is None
+    if from_setting:
         path = load_settings().targets
     if path is None:
         return None
     from rootproof.targets import load_targets
 
-    return load_targets(path)
+    try:
+        return load_targets(path)
+    except ConfigError as exc:
+        if from_setting:  # name where the file came from: the user typed no path
+            raise ConfigError(f"ROOTPROOF_TARGETS: {exc}") from exc
+        raise
 
 
 def _scenario(ref: str | None) -> Any:
