@@ -3,7 +3,7 @@
 The only module that imports the `openai` SDK. The SDK's own retries are off (`max_retries=0`):
 retries, backoff and the deadline are ours, and every SDK exception becomes a `ModelError` here.
 
-Provider quirks (see `_QUIRKS`):
+Provider quirks (see `QUIRKS`):
 
 - llama.cpp rejects an assistant message with `content: null` (HTTP 500): send `""`.
 - Some llama.cpp chat templates drop `role: "tool"` messages: also relay each tool result as a
@@ -22,7 +22,7 @@ import logging
 import random
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
@@ -51,13 +51,15 @@ __all__ = [
     "DRAFT_TOOL_DESCRIPTION",
     "DRAFT_TOOL_NAME",
     "OpenAICompatModel",
+    "QUIRKS",
     "Provider",
+    "Quirks",
     "extract_json_object",
 ]
 
 log = logging.getLogger(__name__)
 
-Provider = Literal["openai", "deepseek", "vllm", "ollama", "llamacpp"]
+Provider = Literal["openai", "deepseek", "vllm", "ollama", "llamacpp", "auto"]
 
 DRAFT_TOOL_NAME = "submit_draft"
 DRAFT_TOOL_DESCRIPTION = (
@@ -78,8 +80,9 @@ _FENCE = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
 
 
 @dataclass(frozen=True, kw_only=True)
-class _Quirks:
-    """What one provider needs beyond plain OpenAI chat completions."""
+class Quirks:
+    """What one provider needs beyond plain OpenAI chat completions (`QUIRKS` per provider;
+    `rootproof models check` and the `auto` provider measure them on the server itself)."""
 
     empty_assistant_content: bool = False
     """Send `content: ""` rather than null on an assistant tool-call message (llama.cpp)."""
@@ -91,15 +94,30 @@ class _Quirks:
     """The provider accepts forcing a named tool; if not, the draft is asked for as JSON text."""
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     """Name of the output cap (OpenAI's reasoning models refuse the older `max_tokens`)."""
+    html_escaped_prompt: bool = False
+    """The server's chat template HTML-escapes message content (llama-cpp-python's
+    `chatml-function-calling`): the model sees `&quot;` for `"`, so the strings it copies back
+    (tool arguments, draft excerpts) are HTML-unescaped, which restores the original text."""
+    streaming: bool = True
+    """Stream completions (`stream: true`): the timeout applies to the first token and to the
+    gap between tokens, not to the whole answer."""
+    stream_usage: bool = True
+    """Ask for token usage in the stream's last chunk (`stream_options.include_usage`)."""
+
+    def active(self) -> list[str]:
+        """Names of the quirks that differ from plain OpenAI chat completions."""
+        plain = Quirks()
+        return [f.name for f in fields(self) if getattr(self, f.name) != getattr(plain, f.name)]
 
 
-_QUIRKS: dict[str, _Quirks] = {
-    "openai": _Quirks(max_tokens_field="max_completion_tokens"),
-    "deepseek": _Quirks(replay_reasoning=True, forced_tool_choice=False),
-    "vllm": _Quirks(),
-    "ollama": _Quirks(),
-    "llamacpp": _Quirks(empty_assistant_content=True, relay_tool_results=True),
+QUIRKS: dict[str, Quirks] = {
+    "openai": Quirks(max_tokens_field="max_completion_tokens"),
+    "deepseek": Quirks(replay_reasoning=True, forced_tool_choice=False),
+    "vllm": Quirks(),
+    "ollama": Quirks(),
+    "llamacpp": Quirks(empty_assistant_content=True, relay_tool_results=True, html_escaped_prompt=True),
 }
+"""The quirks of each named provider (`auto` measures them with `rootproof models check`'s probe)."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +153,8 @@ class OpenAICompatModel:
         max_retries: int = 3,
         temperature: float | None = 0.0,
         backoff_s: float = 0.5,
+        quirks: Quirks | None = None,
+        token_timeout_s: float | None = None,
     ) -> None:
         """Build the client; nothing is sent until `step`.
 
@@ -148,10 +168,14 @@ class OpenAICompatModel:
             max_retries: Retries after the first attempt on 429, 5xx, timeouts and connection errors.
             temperature: Sampling temperature; None sends none.
             backoff_s: First retry delay in seconds; doubles on each retry, plus up to 25 % jitter.
+            quirks: The server's quirks as measured (`auto`); default: the named provider's.
+            token_timeout_s: Streaming: longest gap between two chunks once the first arrived
+                (default: `timeout_s`). `timeout_s` is then the wait for the first chunk.
         """
-        if provider not in _QUIRKS:
+        if quirks is None and provider not in QUIRKS:
             raise ConfigError(
-                f"model provider must be one of {', '.join(sorted(_QUIRKS))} (got {provider!r})"
+                f"model provider must be one of {', '.join(sorted(QUIRKS))} (got {provider!r})"
+                + ("; auto is resolved by probing the server first" if provider == "auto" else "")
             )
         if timeout_s <= 0:
             raise ConfigError(f"model timeout_s must be > 0 (got {timeout_s})")
@@ -167,7 +191,8 @@ class OpenAICompatModel:
         self.max_retries = max_retries
         self.temperature = temperature
         self.backoff_s = backoff_s
-        self._quirks = _QUIRKS[provider]
+        self.token_timeout_s = token_timeout_s if token_timeout_s is not None else timeout_s
+        self._quirks = quirks if quirks is not None else QUIRKS[provider]
         self._api_key = api_key
         self._where = f"{provider} model {model!r} at {_redact_url(base_url)}"
         try:
