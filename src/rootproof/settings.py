@@ -51,10 +51,19 @@ class Settings(BaseSettings):
     `openai` and `deepseek` providers, optional for local servers."""
     openai_model: str = "gpt-4o-mini"
     """Model name sent to the OpenAI-compatible server."""
-    openai_provider: Literal["openai", "deepseek", "vllm", "ollama", "llamacpp"] = "openai"
-    """Which server quirks to apply (forced tool choice, null content, reasoning replay)."""
+    openai_provider: Literal["openai", "deepseek", "vllm", "ollama", "llamacpp", "auto"] = "openai"
+    """Which server quirks to apply (forced tool choice, null content, reasoning replay); `auto`
+    measures them on the server once per process (the probe of `rootproof models check`)."""
     model_timeout_s: float = Field(default=60.0, gt=0)
-    """Per-request HTTP timeout for the model, seconds."""
+    """Model request timeout, seconds: with streaming, the wait for the first token (a local
+    server processes the whole prompt first); without, the whole answer."""
+    model_token_timeout_s: float = Field(default=30.0, gt=0)
+    """Streaming: the longest gap between two chunks of an answer once it has begun, seconds."""
+    prompt_token_budget: int = Field(default=6000, ge=1000, le=1_000_000)
+    """Tokens (estimated) a model step's prompt may take: older observations are shortened to fit,
+    newest kept whole. Small local models want 3000-6000; hosted models can take far more."""
+    eval_case_timeout_s: float | None = Field(default=None, gt=0, le=7200)
+    """`eval snapshot`: each scenario's run deadline, seconds (default: `DEADLINE_S`)."""
     model_max_retries: int = Field(default=3, ge=0, le=10)
     """Retries on 429/5xx/timeouts, with backoff, bounded by the run's deadline."""
     judge: Literal["offline", "llm"] = "offline"
@@ -155,7 +164,7 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     env_keys = {k[len(ENV_PREFIX):].lower() for k in os.environ if k.startswith(ENV_PREFIX)}
     init = {k: v for k, v in file_values.items() if k not in env_keys}
     init.update(overrides)
-    known_env = set(Settings.model_fields) | {"config", "home", "require_services", "test_pg_url", "test_mysql_url", "test_shared_data"}
+    known_env = set(Settings.model_fields) | {"config", "home", "require_services", "test_pg_url", "test_mysql_url", "test_shared_data", "test_llm_url"}
     unknown = sorted(k for k in env_keys if k not in known_env)
     if unknown:
         raise ConfigError(f"{ENV_PREFIX}{unknown[0].upper()}: unknown setting")
