@@ -2,7 +2,11 @@
 
 `POST /v1/chat/completions` records the JSON body, headers and arrival time, then replies with
 the next scripted `Reply` (a completion, or a status with an error body, optional headers such as
-`Retry-After`, and an optional delay before answering). An exhausted script answers
+`Retry-After`, and an optional delay before answering). A request with `"stream": true` gets a
+200 completion as server-sent events, as OpenAI streams it: a role chunk, the content and each
+tool call's arguments split into small chunks, a finish chunk, a usage chunk when the request
+asked for one (`stream_options.include_usage`) and `data: [DONE]`; `first_chunk_delay_s` and
+`chunk_delay_s` pace it (a slow prompt, a stalled answer). An exhausted script answers
 `otherwise` when set (a server that always rejects the key, or is always slow), else 500 so the
 test sees it.
 """
@@ -20,7 +24,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["FakeOpenAI", "Reply", "completion", "error", "fake_openai", "serve", "unauthorized"]
+__all__ = ["FakeOpenAI", "Reply", "completion", "error", "fake_openai", "serve", "stream_chunks", "unauthorized"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +36,12 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     """Seconds to wait before answering (to provoke client timeouts)."""
+    first_chunk_delay_s: float = 0.0
+    """Streaming: seconds between the response headers and the first chunk."""
+    chunk_delay_s: float = 0.0
+    """Streaming: seconds between two chunks."""
+    stall_after: int | None = None
+    """Streaming: after this many chunks, stop sending (the connection stays open) for `chunk_delay_s`."""
 
 
 def completion(
@@ -104,6 +114,36 @@ def unauthorized(key_shown: str = "sk-proj-abcdefghijklmnopqrstuvwx") -> Reply:
     return Reply(status=401, body=body)
 
 
+def _pieces(text: str, size: int = 7) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def stream_chunks(body: dict[str, Any], *, include_usage: bool) -> list[dict[str, Any]]:
+    """The `chat.completion.chunk` objects a streaming server sends for the completion `body`."""
+    head = {"id": body.get("id", "chatcmpl-fake"), "object": "chat.completion.chunk", "created": body.get("created", 0), "model": body.get("model", "fake-model")}
+    choice = body["choices"][0]
+    message = choice.get("message") or {}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    if message.get("reasoning_content"):
+        out += [chunk({"reasoning_content": p}) for p in _pieces(message["reasoning_content"])]
+    if message.get("content"):
+        out += [chunk({"content": p}) for p in _pieces(message["content"])]
+    if message.get("refusal"):
+        out.append(chunk({"refusal": message["refusal"]}))
+    for index, call in enumerate(message.get("tool_calls") or []):
+        fn = call["function"]
+        out.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function", "function": {"name": fn["name"], "arguments": ""}}]}))
+        out += [chunk({"tool_calls": [{"index": index, "function": {"arguments": p}}]}) for p in _pieces(fn.get("arguments") or "")]
+    out.append(chunk({}, choice.get("finish_reason") or "stop"))
+    if include_usage and body.get("usage"):
+        out.append({**head, "choices": [], "usage": body["usage"]})
+    return out
+
+
 class FakeOpenAI:
     """The running server: `base_url`, what it received, and the script it answers from."""
 
@@ -156,7 +196,32 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             reply = fake._record(body, {k.lower(): v for k, v in self.headers.items()})
             if reply.delay_s:
                 time.sleep(reply.delay_s)
+            if body.get("stream") and reply.status == 200 and isinstance(reply.body, dict) and reply.body.get("choices"):
+                self._stream(reply, include_usage=bool((body.get("stream_options") or {}).get("include_usage")))
+                return
             self._send(reply)
+
+        def _stream(self, reply: Reply, *, include_usage: bool) -> None:
+            chunks = stream_chunks(reply.body, include_usage=include_usage) if isinstance(reply.body, dict) else []
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.flush()
+                if reply.first_chunk_delay_s:
+                    time.sleep(reply.first_chunk_delay_s)
+                for i, chunk in enumerate(chunks):
+                    if i and (reply.stall_after is None or i == reply.stall_after) and reply.chunk_delay_s:
+                        time.sleep(reply.chunk_delay_s)
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError, OSError):
+                pass
+            self.close_connection = True
 
         def _send(self, reply: Reply) -> None:
             payload = (reply.body if isinstance(reply.body, str) else json.dumps(reply.body)).encode()

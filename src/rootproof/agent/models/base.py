@@ -52,6 +52,9 @@ class TokenUsage:
 
     input_tokens: int = 0
     output_tokens: int = 0
+    estimated: bool = False
+    """The server reported no usage (a stream without a usage chunk): input is estimated from
+    the prompt's size, output is the number of streamed chunks (one per token on llama.cpp)."""
 
     @property
     def total(self) -> int:
@@ -125,6 +128,13 @@ class ModelTurn:
     usage: TokenUsage = field(default_factory=TokenUsage)
     refused: bool = False
     """The model refused to answer."""
+    seconds: float = 0.0
+    """Wall time of the step at the server, seconds (first token included)."""
+    first_token_s: float | None = None
+    """Streaming: seconds until the first chunk arrived (prompt processing on a local server)."""
+    note: str | None = None
+    """What the adapter had to do differently this step (e.g. the forced draft tool failed at the
+    server and the draft was asked for as JSON text), for the trace."""
 
 
 class Model(Protocol):

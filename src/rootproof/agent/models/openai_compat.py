@@ -11,17 +11,30 @@ Provider quirks (see `QUIRKS`):
 - DeepSeek thinking mode returns `reasoning_content` and requires it back on the assistant
   message of a tool-call turn; it rejects forced tool choices, so the draft is asked for as
   plain JSON in a final no-tools turn.
+- llama-cpp-python's `chatml-function-calling` template also HTML-escapes content (the model
+  copies `&quot;` back: its strings are unescaped), shows tools' parameters without their
+  descriptions, cannot stream a `tool_choice: "auto"` step, and streams no usage.
 - No provider here accepts `tool_choice: "required"`: it is never sent.
+
+Completions are streamed where the server can (`Quirks.streaming`): the timeout is then on the
+first token (`timeout_s`, which covers a local server's prompt processing) and on each gap
+between chunks (`token_timeout_s`), and the run's deadline caps both. Tool schemas are offered
+compacted and the draft schema is the compact one (`compact.py`): a server that turns a forced
+tool's schema into a grammar cannot take the full schema's bounds.
 """
 
 from __future__ import annotations
 
 import email.utils
+import html
 import json
 import logging
 import random
 import re
+import socket
+import threading
 import time
+import types
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -44,6 +57,7 @@ from rootproof.agent.models.base import (
     ToolResultMessage,
     UserMessage,
 )
+from rootproof.agent.models.compact import compact_schema, estimate_tokens
 from rootproof.boundary.safety import redact
 from rootproof.errors import ConfigError, ModelOutputError, ModelUnavailable
 
@@ -103,6 +117,12 @@ class Quirks:
     gap between tokens, not to the whole answer."""
     stream_usage: bool = True
     """Ask for token usage in the stream's last chunk (`stream_options.include_usage`)."""
+    stream_auto_tools: bool = True
+    """Streaming also works with `tool_choice: "auto"` (llama-cpp-python answers 500
+    "Automatic streaming tool choice is not supported": those steps are sent whole)."""
+    tool_description_in_parameters: bool = False
+    """The server's template shows a tool's parameters but not its description
+    (llama-cpp-python's `chatml-function-calling`): the description goes into the parameters."""
 
     def active(self) -> list[str]:
         """Names of the quirks that differ from plain OpenAI chat completions."""
@@ -115,7 +135,14 @@ QUIRKS: dict[str, Quirks] = {
     "deepseek": Quirks(replay_reasoning=True, forced_tool_choice=False),
     "vllm": Quirks(),
     "ollama": Quirks(),
-    "llamacpp": Quirks(empty_assistant_content=True, relay_tool_results=True, html_escaped_prompt=True),
+    "llamacpp": Quirks(
+        empty_assistant_content=True,
+        relay_tool_results=True,
+        html_escaped_prompt=True,
+        stream_usage=False,
+        stream_auto_tools=False,
+        tool_description_in_parameters=True,
+    ),
 }
 """The quirks of each named provider (`auto` measures them with `rootproof models check`'s probe)."""
 
@@ -133,7 +160,7 @@ class _Retryable:
 
 
 class OpenAICompatModel:
-    """A `Model` on an OpenAI-compatible `/chat/completions` endpoint (sync, no streaming).
+    """A `Model` on an OpenAI-compatible `/chat/completions` endpoint (sync, streamed where it can).
 
     Tools are offered with `tool_choice: "auto"` while gathering; the draft is the
     `submit_draft` tool (forced by name in `draft` mode) or, for DeepSeek, a JSON answer.
@@ -193,6 +220,8 @@ class OpenAICompatModel:
         self.backoff_s = backoff_s
         self.token_timeout_s = token_timeout_s if token_timeout_s is not None else timeout_s
         self._quirks = quirks if quirks is not None else QUIRKS[provider]
+        self._forcing_failed = False
+        """The server failed a forced `submit_draft` request: later drafts are asked for as JSON text."""
         self._api_key = api_key
         self._where = f"{provider} model {model!r} at {_redact_url(base_url)}"
         try:
@@ -205,6 +234,11 @@ class OpenAICompatModel:
             )
         except openai.OpenAIError as exc:
             raise ConfigError(f"cannot configure the {self._where}: {exc}") from None
+
+    @property
+    def quirks(self) -> Quirks:
+        """The quirks this client applies (the provider's, or those measured for `auto`)."""
+        return self._quirks
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -219,7 +253,11 @@ class OpenAICompatModel:
     # -- request -----------------------------------------------------------------------------
 
     def step(self, request: ModelRequest) -> ModelTurn:
-        """Send one chat completion and turn the answer into a `ModelTurn`.
+        """Send one chat completion (streamed where the server can) and turn it into a `ModelTurn`.
+
+        In draft mode the `submit_draft` tool is forced by name; when the server fails that
+        request (a 4xx, or a 5xx such as a grammar it cannot build), the same turn is asked
+        again as a JSON-text draft, and later draft turns of this client go straight to JSON text.
 
         Raises:
             ModelUnavailable: The provider failed (after retries for 408/409/429/5xx/timeouts, at
@@ -228,39 +266,44 @@ class OpenAICompatModel:
                 with secrets removed.
             ModelOutputError: The provider answered 200 with something that is not a completion.
         """
-        body = self.build_request(request)
-        response = self._send(body, request)
-        return self._parse(response, request)
+        t0 = time.monotonic()
+        forced = request.mode == "draft" and self._quirks.forced_tool_choice and not self._forcing_failed
+        note = None
+        body = self.build_request(request, as_json=not forced and request.mode == "draft")
+        try:
+            answer = self._send(body, request)
+        except ModelUnavailable as exc:
+            if not forced or exc.status is None or request.time_left() <= 0:
+                raise
+            self._forcing_failed = True
+            note = self._clean(f"the forced {DRAFT_TOOL_NAME} request failed at the server ({exc}); the draft was asked for as JSON text")
+            log.warning("model %s: %s", self.name, note)
+            answer = self._send(self.build_request(request, as_json=True), request)
+        turn = self._parse(answer, request)
+        turn.seconds = time.monotonic() - t0
+        turn.note = note
+        return turn
 
-    def build_request(self, request: ModelRequest) -> dict[str, Any]:
-        """The chat-completions body (without `timeout`) this adapter sends for `request`."""
+    def build_request(self, request: ModelRequest, *, as_json: bool | None = None) -> dict[str, Any]:
+        """The chat-completions body (without `timeout`) this adapter sends for `request`.
+
+        Tool schemas are compacted (`compact_schema`: no bounds, titles or defaults; the
+        boundary still validates every argument against the full model). `as_json` asks for the
+        draft as JSON text rather than the forced `submit_draft` tool (default: when the
+        provider cannot force a tool).
+        """
         messages = self._messages(request.messages)
         body: dict[str, Any] = {"model": self.model, "messages": messages}
-        as_json = request.mode == "draft" and not self._quirks.forced_tool_choice
+        if as_json is None:
+            as_json = request.mode == "draft" and (not self._quirks.forced_tool_choice or self._forcing_failed)
         if not request.draft_schema and not request.tools:
             pass  # a plain completion (router, semantic judge): no tools at all
         elif as_json:
-            schema = json.dumps(request.draft_schema, ensure_ascii=False, sort_keys=True)
+            schema = json.dumps(request.draft_schema, ensure_ascii=False, separators=(",", ":"))
             messages.append({"role": "user", "content": DRAFT_AS_JSON_PROMPT.format(schema=schema)})
         else:
-            tools = [
-                {
-                    "type": "function",
-                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
-                }
-                for t in request.tools
-                if t.name != DRAFT_TOOL_NAME
-            ]
-            tools.append(
-                {
-                    "type": "function",
-                    "function": {
-                        "name": DRAFT_TOOL_NAME,
-                        "description": DRAFT_TOOL_DESCRIPTION,
-                        "parameters": request.draft_schema,
-                    },
-                }
-            )
+            tools = [self._function(t.name, t.description, compact_schema(t.parameters)) for t in request.tools if t.name != DRAFT_TOOL_NAME]
+            tools.append(self._function(DRAFT_TOOL_NAME, DRAFT_TOOL_DESCRIPTION, request.draft_schema))
             body["tools"] = tools
             if request.mode == "draft":
                 body["tool_choice"] = {"type": "function", "function": {"name": DRAFT_TOOL_NAME}}
@@ -270,7 +313,23 @@ class OpenAICompatModel:
             body["temperature"] = self.temperature
         if request.max_output_tokens is not None:
             body[self._quirks.max_tokens_field] = request.max_output_tokens
+        if self._streams(body):
+            body["stream"] = True
+            if self._quirks.stream_usage:
+                body["stream_options"] = {"include_usage": True}
         return body
+
+    def _function(self, name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
+        if self._quirks.tool_description_in_parameters and description:
+            # The server's template shows the parameters only: say what the tool does there.
+            parameters = {"description": description, **parameters}
+        return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+
+    def _streams(self, body: dict[str, Any]) -> bool:
+        """Whether this body is sent with `stream: true`."""
+        if not self._quirks.streaming:
+            return False
+        return self._quirks.stream_auto_tools or body.get("tool_choice") != "auto"
 
     def _messages(self, messages: list[Message]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -325,7 +384,7 @@ class OpenAICompatModel:
 
     # -- transport and retries ---------------------------------------------------------------
 
-    def _send(self, body: dict[str, Any], request: ModelRequest) -> Any:
+    def _send(self, body: dict[str, Any], request: ModelRequest) -> _Answer:
         last = "no attempt"
         last_status: int | None = None
         for attempt in range(self.max_retries + 1):
@@ -339,9 +398,13 @@ class OpenAICompatModel:
                     status=last_status,
                 )
             try:
-                return self._client.chat.completions.create(**body, timeout=min(self.timeout_s, left))
+                if body.get("stream"):
+                    return self._stream(body, request, left)
+                return _Answer.of(self._client.chat.completions.create(**body, timeout=min(self.timeout_s, left)), self._where)
             except openai.OpenAIError as exc:
                 failure = self._classify(exc)
+            except _StreamStalled as exc:
+                failure = _Retryable(str(exc))
             except ValueError as exc:  # a JSON content type with a body that is not JSON
                 raise ModelOutputError(f"{self._where}: the response is not valid JSON ({exc})") from None
             except RecursionError:
@@ -364,6 +427,62 @@ class OpenAICompatModel:
         raise ModelUnavailable(
             self._clean(f"{self._where}: {last} after {self.max_retries + 1} attempt(s)"), status=last_status
         )
+
+    def _stream(self, body: dict[str, Any], request: ModelRequest, left: float) -> _Answer:
+        """One streamed attempt: the first chunk must come within `timeout_s`, each next one within
+        `token_timeout_s`, all within the run's time left; a watchdog shuts the connection down
+        when one does not (a blocked read is not woken by closing the response)."""
+        t0 = time.monotonic()
+        first_by = t0 + min(self.timeout_s, left)
+        end_by = t0 + left
+        stream = self._client.chat.completions.create(**body, timeout=min(self.timeout_s, left))
+        if "text/event-stream" not in stream.response.headers.get("content-type", ""):
+            # A server that ignores `stream: true` answers one whole completion (or an error page).
+            return _Answer.of(_whole(stream), self._where)
+        answer = _Answer()
+        state = {"last": t0, "first": None, "stalled": ""}
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.wait(_WATCH_POLL_S):
+                now = time.monotonic()
+                if state["first"] is None and now >= first_by:
+                    state["stalled"] = f"no first token within {self.timeout_s:g} s (ROOTPROOF_MODEL_TIMEOUT_S)"
+                elif state["first"] is not None and now - float(state["last"]) >= self.token_timeout_s:  # type: ignore[arg-type]
+                    state["stalled"] = f"no token for {self.token_timeout_s:g} s after the answer began (ROOTPROOF_MODEL_TOKEN_TIMEOUT_S)"
+                elif now >= end_by:
+                    state["stalled"] = "the run's deadline passed while the answer was streaming"
+                if state["stalled"]:
+                    _shut(stream)
+                    return
+
+        watchdog = threading.Thread(target=watch, name="model-stream-watchdog", daemon=True)
+        watchdog.start()
+        try:
+            for chunk in stream:
+                now = time.monotonic()
+                if state["first"] is None:
+                    state["first"] = now - t0
+                state["last"] = now
+                answer.add(chunk)
+        except (openai.OpenAIError, OSError, ValueError) as exc:
+            if state["stalled"]:
+                raise _StreamStalled(str(state["stalled"])) from None
+            if isinstance(exc, openai.OpenAIError):
+                raise
+            raise _StreamStalled(f"the stream broke off ({type(exc).__name__}: {exc})") from None
+        finally:
+            done.set()
+            stream.close()
+        if state["stalled"]:
+            raise _StreamStalled(str(state["stalled"]))
+        if answer.chunks == 0 and answer.text is None and answer.refusal is None and not answer.tool_calls and answer.usage is None:
+            raise ModelOutputError(f"{self._where}: the stream carried no completion")
+        answer.first_token_s = state["first"]  # type: ignore[assignment]
+        if answer.usage is None:
+            prompt = json.dumps([body.get("messages"), body.get("tools")], ensure_ascii=False)
+            answer.usage = TokenUsage(input_tokens=estimate_tokens(prompt), output_tokens=answer.chunks, estimated=True)
+        return answer
 
     def _clean(self, message: str) -> str:
         """`message` without secrets: the configured key masked wherever the server echoed it, then `redact`."""
@@ -402,42 +521,153 @@ class OpenAICompatModel:
 
     # -- response ----------------------------------------------------------------------------
 
-    def _parse(self, response: Any, request: ModelRequest) -> ModelTurn:
-        choices = getattr(response, "choices", None)
-        if not choices:
-            raise ModelOutputError(f"{self._where}: the response has no choices ({str(response)[:200]!r})")
-        message = getattr(choices[0], "message", None)
-        if message is None:
-            raise ModelOutputError(f"{self._where}: the first choice has no message")
-        text: str | None = getattr(message, "content", None)
+    def _parse(self, answer: _Answer, request: ModelRequest) -> ModelTurn:
+        text = answer.text
         calls: list[ToolCall] = []
         draft: dict[str, Any] | str | None = None
-        for i, raw in enumerate(getattr(message, "tool_calls", None) or []):
-            fn = getattr(raw, "function", None)
-            if fn is None:  # custom (non-function) tool calls are not ours
-                continue
-            call_id = getattr(raw, "id", None) or f"call_{request.step_index}_{i}"
-            arguments = _parse_arguments(getattr(fn, "arguments", None))
-            if fn.name == DRAFT_TOOL_NAME:
+        unescape = self._quirks.html_escaped_prompt
+        for i, (raw_id, name, raw_args) in enumerate(answer.tool_calls):
+            call_id = raw_id or f"call_{request.step_index}_{i}"
+            arguments = _parse_arguments(raw_args)
+            if unescape:
+                arguments = _unescaped(arguments)
+            if name == DRAFT_TOOL_NAME:
                 if draft is None:
                     draft = arguments
                 continue
-            calls.append(ToolCall(id=call_id, name=fn.name, arguments=arguments))
+            calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
         if draft is None and request.mode == "draft" and text and text.strip():
             found = extract_json_object(text)
-            draft = found if found is not None else text
-        usage = getattr(response, "usage", None)
+            draft = (_unescaped(found) if unescape else found) if found is not None else text
         return ModelTurn(
             text=text,
             tool_calls=calls,
             draft=draft,
-            reasoning=_reasoning(message),
-            usage=TokenUsage(
+            reasoning=answer.reasoning,
+            usage=answer.usage or TokenUsage(),
+            refused=bool(answer.refusal),
+            first_token_s=answer.first_token_s,
+        )
+
+
+_WATCH_POLL_S = 0.05
+"""How often the stream watchdog looks at the clock, seconds."""
+
+
+def _whole(stream: Any) -> Any:
+    """The body of a non-SSE answer to a streamed request, as attribute objects."""
+    raw = stream.response.read()
+    stream.close()
+    try:
+        return json.loads(raw, object_hook=lambda d: types.SimpleNamespace(**d))
+    except (ValueError, RecursionError):
+        if "json" in stream.response.headers.get("content-type", ""):
+            raise ValueError("the body is not JSON") from None
+        return raw.decode("utf-8", "replace")  # an error page: "no choices", with its start
+
+
+class _StreamStalled(Exception):
+    """A streamed answer missed its first-token or between-token deadline (retryable)."""
+
+
+def _shut(stream: Any) -> None:
+    """Shut the stream's socket down, which wakes the thread blocked reading it."""
+    try:
+        sock = stream.response.extensions["network_stream"].get_extra_info("socket")
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except (AttributeError, KeyError, OSError):
+        pass
+    try:
+        stream.close()
+    except Exception:  # noqa: BLE001 - closing a broken stream may fail any way; it is gone anyway
+        pass
+
+
+class _Answer:
+    """One completion, from a whole response or assembled from stream chunks."""
+
+    def __init__(self) -> None:
+        self.text: str | None = None
+        self.reasoning: str | None = None
+        self.refusal: str | None = None
+        self.tool_calls: list[tuple[str | None, str, str | dict[str, Any] | None]] = []
+        self.usage: TokenUsage | None = None
+        self.first_token_s: float | None = None
+        self.chunks = 0
+        self._parts: dict[int, dict[str, Any]] = {}
+
+    @classmethod
+    def of(cls, response: Any, where: str) -> _Answer:
+        """The answer in a whole (non-streamed) chat completion."""
+        choices = getattr(response, "choices", None)
+        if not choices:
+            raise ModelOutputError(f"{where}: the response has no choices ({str(response)[:200]!r})")
+        message = getattr(choices[0], "message", None)
+        if message is None:
+            raise ModelOutputError(f"{where}: the first choice has no message")
+        out = cls()
+        out.text = getattr(message, "content", None)
+        out.reasoning = _reasoning(message)
+        out.refusal = getattr(message, "refusal", None)
+        for raw in getattr(message, "tool_calls", None) or []:
+            fn = getattr(raw, "function", None)
+            if fn is None:  # custom (non-function) tool calls are not ours
+                continue
+            out.tool_calls.append((getattr(raw, "id", None), fn.name, getattr(fn, "arguments", None)))
+        usage = getattr(response, "usage", None)
+        out.usage = TokenUsage(
+            input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+            output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        )
+        return out
+
+    def add(self, chunk: Any) -> None:
+        """Fold one stream chunk in."""
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            self.usage = TokenUsage(
                 input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
                 output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-            ),
-            refused=bool(getattr(message, "refusal", None)),
-        )
+            )
+        for choice in getattr(chunk, "choices", None) or []:
+            if getattr(choice, "index", 0) != 0:
+                continue
+            delta = getattr(choice, "delta", None)
+            if delta is None:
+                continue
+            grew = False
+            if content := getattr(delta, "content", None):
+                self.text = (self.text or "") + content
+                grew = True
+            if refusal := getattr(delta, "refusal", None):
+                self.refusal = (self.refusal or "") + refusal
+            if reasoning := _reasoning(delta):
+                self.reasoning = (self.reasoning or "") + reasoning
+                grew = True
+            for call in getattr(delta, "tool_calls", None) or []:
+                part = self._parts.setdefault(int(getattr(call, "index", 0) or 0), {"id": None, "name": "", "arguments": ""})
+                part["id"] = part["id"] or getattr(call, "id", None)
+                fn = getattr(call, "function", None)
+                if fn is not None:
+                    if getattr(fn, "name", None) and not part["name"]:
+                        part["name"] = fn.name
+                    if getattr(fn, "arguments", None):
+                        part["arguments"] += fn.arguments
+                        grew = True
+            self.chunks += grew
+        self.tool_calls = [(p["id"], p["name"], p["arguments"]) for _, p in sorted(self._parts.items()) if p["name"]]
+
+
+def _unescaped(value: Any) -> Any:
+    """`value` with every string HTML-unescaped (what the model copied from an escaped prompt)."""
+    if isinstance(value, str):
+        return html.unescape(value)
+    if isinstance(value, list):
+        return [_unescaped(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _unescaped(v) for k, v in value.items()}
+    return value
 
 
 def extract_json_object(text: str) -> dict[str, Any] | None:
