@@ -23,6 +23,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape as markup_escape
 
+from rootproof.agent.loop import ModelStepInfo
 from rootproof.errors import ConfigError, ScenarioError, StoreOpenError, UsageError
 from rootproof.kb.cli import kb_app
 from rootproof.run.context import RunCancellation
@@ -211,6 +212,20 @@ def _status_line(e: EventRecord) -> None:
         status(f"» done {d['release_outcome']} status={d['status']} {d['duration_ms']} ms", "bold")
 
 
+def model_step_line(info: ModelStepInfo) -> None:
+    """A status line per agent model step: tokens in and out, time to first token, tokens/s."""
+    what = "draft" if info.draft else f"{info.calls} call(s)" if info.calls else "no call"
+    first = f", first token {info.first_token_s:.1f} s" if info.first_token_s is not None else ""
+    est = " (estimated)" if info.estimated else ""
+    status(
+        f"  model step {info.step_index} [{info.mode}]: {info.input_tokens} in + {info.output_tokens} out tokens{est}, "
+        f"{info.seconds:.1f} s{first}, {info.tokens_per_s:.1f} tok/s → {what}",
+        "dim",
+    )
+    if info.note:
+        status(f"  model: {info.note}", "yellow")
+
+
 def _print_content(content: dict[str, Any] | None) -> None:
     if content is None:
         say("(no content: the run was cancelled)")
@@ -277,6 +292,7 @@ def diagnose(
             model=model,
             listeners=[_status_line],
             cancellation=cancellation,
+            on_model_step=model_step_line,
         )
     if out.status == "CANCELLED":
         if as_json:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rootproof.agent.draft import DiagnosisDraft
-from rootproof.agent.loop import CancellableModel, LoopResult, run_agent
+from rootproof.agent.loop import CancellableModel, LoopResult, ModelStepInfo, run_agent
 from rootproof.agent.models.base import Model, ToolSpec
 from rootproof.agent.prompts import load_prompt, prompt_audit
 from rootproof.agent.router import Route, route
@@ -108,6 +109,8 @@ class RunPlan:
     """The run is about an incident (a scenario, an alert or live targets): the router diagnoses."""
     evidence: bool = False
     """Evidence tools are mounted (a scenario's snapshot or live targets)."""
+    on_model_step: Callable[[ModelStepInfo], None] | None = None
+    """Hears what each agent model step cost (CLI progress lines)."""
 
 
 class RunDriver:
@@ -164,7 +167,18 @@ class RunDriver:
             from rootproof.agent.models.offline import KnowledgeAnswerer
 
             model = KnowledgeAnswerer(ctx.language)
-        loop = run_agent(ctx, model, boundary, system_prompt=system, user_prompt=user, tools=specs, sink=h.sink, taxonomy=h.taxonomy())
+        loop = run_agent(
+            ctx,
+            model,
+            boundary,
+            system_prompt=system,
+            user_prompt=user,
+            tools=specs,
+            sink=h.sink,
+            taxonomy=h.taxonomy(),
+            prompt_token_budget=h.settings.prompt_token_budget,
+            on_step=plan.on_model_step,
+        )
         self.out.loop_end = loop.end
         self.out.outcomes = list(boundary.outcomes)
         self.after_loop(loop, dataclasses.replace(plan, model=model), knowledge)  # the judge follows the model that drafted

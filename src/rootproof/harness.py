@@ -9,10 +9,10 @@ terminal record and the public events). Every long-lived part belongs to the `Ru
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from rootproof.agent.loop import CancellableModel
+from rootproof.agent.loop import CancellableModel, ModelStepInfo
 from rootproof.agent.models.base import Model
 from rootproof.alerts import AlertPayload, as_payload
 from rootproof.backends.registry import BackendRegistry
@@ -191,6 +191,7 @@ class Harness:
         session_id: str | None = None,
         cancellation: RunCancellation | None = None,
         language: str | None = None,
+        on_model_step: Callable[[ModelStepInfo], None] | None = None,
     ) -> RunOutcome:
         """Run one request to a safe end; never raises for run failures (they become fallbacks).
 
@@ -247,6 +248,7 @@ class Harness:
             alert=payload,
             incident=scenario is not None or targets is not None or payload is not None,
             evidence=scenario is not None or targets is not None,
+            on_model_step=on_model_step,
         )
         try:
             driver.run(plan)

@@ -15,10 +15,11 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rootproof.agent.draft import DiagnosisDraft, draft_json_schema, parse_draft
+from rootproof.agent.draft import DiagnosisDraft, parse_draft
 from rootproof.agent.models.base import (
     AssistantMessage,
     Message,
@@ -30,17 +31,24 @@ from rootproof.agent.models.base import (
     ToolSpec,
     UserMessage,
 )
+from rootproof.agent.models.compact import compact_draft_schema, estimate_tokens
 from rootproof.boundary.boundary import ToolBoundary, ToolCallRequest
 from rootproof.boundary.safety import redact
+from rootproof.boundary.store import InvocationStatus
 from rootproof.errors import BudgetExhausted, ModelError, ModelOutputError, ModelUnavailable, RunCancelled
 from rootproof.run.context import RunCancellation, RunContext
 from rootproof.run.records import ReasoningAuditRecord, StepRecord, TraceSink
 from rootproof.taxonomy import Taxonomy
 
-__all__ = ["CancellableModel", "LoopEnd", "LoopResult", "run_agent"]
+__all__ = ["CancellableModel", "LoopEnd", "LoopResult", "ModelStepInfo", "fit_prompt_budget", "refusal_note", "run_agent"]
 
 LoopEnd = Literal["DRAFT", "NO_DRAFT", "BUDGET_EXHAUSTED", "DEADLINE_EXCEEDED", "MODEL_UNAVAILABLE", "CANCELLED"]
 SUMMARY_CAP = 600
+DEFAULT_PROMPT_TOKEN_BUDGET = 6000
+SHORT_REFS = 3
+"""Refs an observation keeps when shortened to fit the prompt budget."""
+SHORT_REF_CHARS = 240
+"""Characters of each ref's text an observation keeps when shortened."""
 CANCEL_POLL_S = 0.05
 """How often a waiting model step looks at the run's cancellation, seconds."""
 
@@ -60,6 +68,94 @@ class LoopResult:
     messages: list[Message] = field(default_factory=list)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ModelStepInfo:
+    """What one model step cost, for progress lines (never stored: the trace has `agent_step`)."""
+
+    step_index: int
+    mode: str
+    input_tokens: int
+    output_tokens: int
+    estimated: bool
+    seconds: float
+    first_token_s: float | None
+    calls: int
+    draft: bool
+    note: str | None = None
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Output tokens per second of the step (generation after the first token when streamed)."""
+        gen = self.seconds - (self.first_token_s or 0.0)
+        return self.output_tokens / gen if gen > 0 else 0.0
+
+
+def _shorten(content: str, level: int) -> str:
+    """An older observation cut to fit the prompt: its ids kept, at most `SHORT_REFS` refs of
+    `SHORT_REF_CHARS` each (level 1), or none (level 2). A ref's text is cut from its end, so an
+    excerpt taken from what is kept is still a substring of the ref."""
+    try:
+        obs = json.loads(content)
+    except ValueError:
+        return content[: SHORT_REF_CHARS * 2]
+    if not isinstance(obs, dict):
+        return content[: SHORT_REF_CHARS * 2]
+    refs = obs.get("refs")
+    if isinstance(refs, list):
+        keep = [] if level >= 2 else refs[:SHORT_REFS]
+        cut = []
+        for r in keep:
+            if isinstance(r, dict) and isinstance(r.get("text"), str):
+                r = {**r, "text": r["text"][:SHORT_REF_CHARS]}
+            cut.append(r)
+        obs["refs"] = cut
+        obs["omitted"] = int(obs.get("omitted") or 0) + len(refs) - len(cut)
+        obs["shortened"] = "to fit the prompt budget; every ref of this invocation stays citable by raw_path"
+        obs.pop("hint", None)
+    return json.dumps(obs, ensure_ascii=False)
+
+
+def _message_tokens(m: Message) -> int:
+    text = getattr(m, "content", None) or ""
+    calls = getattr(m, "tool_calls", ())
+    extra = sum(len(json.dumps(c.arguments, ensure_ascii=False)) + len(c.name) for c in calls) if calls else 0
+    return estimate_tokens(text) + extra // 3 + 4
+
+
+def fit_prompt_budget(messages: list[Message], overhead_tokens: int, budget: int) -> int:
+    """Shorten tool results in `messages`, in place, oldest first, until the estimated prompt
+    (messages plus `overhead_tokens` for tool and draft schemas) fits `budget`; the newest
+    batch of results is cut last. Returns the estimated prompt tokens after."""
+    total = overhead_tokens + sum(_message_tokens(m) for m in messages)
+    if total <= budget:
+        return total
+    for level in (1, 2):
+        for i, m in enumerate(messages):
+            if total <= budget:
+                return total
+            if not isinstance(m, ToolResultMessage):
+                continue
+            short = _shorten(m.content, level)
+            if len(short) < len(m.content):
+                before = _message_tokens(m)
+                messages[i] = dataclasses.replace(m, content=short)
+                total += _message_tokens(messages[i]) - before
+    return total
+
+
+def refusal_note(outcomes: list[Any]) -> str:
+    """The plain message after a step whose calls were all refused: what, why, what instead."""
+    parts = []
+    for o in outcomes:
+        inv = o.invocation
+        parts.append(f"{inv.tool_name} was refused ({inv.refusal_code or inv.status}: {inv.message or 'no reason given'})")
+    return (
+        "None of your calls of this step ran: " + "; ".join(parts) + ". Do not repeat a refused call. "
+        "Cite the refs of the earlier invocation it names, call a different tool or query, "
+        "or, if you have enough evidence, submit the draft with submit_draft."
+    )
+
+
 def _summary(messages: list[Message]) -> str:
     last = messages[-1]
     content = getattr(last, "content", "") or ""
@@ -75,6 +171,10 @@ def _output_summary(turn: ModelTurn) -> str:
         parts.append(f"call {c.name}({args[:200]})")
     if turn.draft is not None:
         parts.append("draft submitted")
+    if turn.usage.estimated:
+        parts.append("tokens estimated (the server reported no usage)")
+    if turn.note:
+        parts.append(turn.note)
     return " | ".join(parts)[: SUMMARY_CAP * 2]
 
 
@@ -169,14 +269,21 @@ def run_agent(
     tools: list[ToolSpec],
     sink: TraceSink | None = None,
     taxonomy: Taxonomy | None = None,
+    prompt_token_budget: int = DEFAULT_PROMPT_TOKEN_BUDGET,
+    on_step: Callable[[ModelStepInfo], None] | None = None,
 ) -> LoopResult:
     """Drive the model until it submits a draft or the run must stop.
 
-    `taxonomy` (the built-in one plus the run's cards) gives the draft schema's enums and checks the draft.
+    `taxonomy` (the built-in one plus the run's cards) gives the draft schema's enums and checks
+    the draft. The model is offered the compact draft schema (`compact_draft_schema`); what it
+    returns is validated against the full `DiagnosisDraft`. Before each step older tool results
+    are shortened until the estimated prompt fits `prompt_token_budget`. `on_step` hears what
+    each model step cost (progress lines).
     """
     messages: list[Message] = [SystemMessage(content=system_prompt), UserMessage(content=user_prompt)]
     steps = model if isinstance(model, CancellableModel) else CancellableModel(model, ctx.cancellation)
-    schema = draft_json_schema(taxonomy)
+    schema = compact_draft_schema(taxonomy)
+    overhead = estimate_tokens(json.dumps([schema, [t.parameters for t in tools], [t.description for t in tools]], ensure_ascii=False))
     repaired = False
     force_draft = False
     while True:
@@ -193,6 +300,7 @@ def run_agent(
             ctx.usage.take_model_call(ctx.budget)
         except BudgetExhausted as exc:
             return LoopResult(end="BUDGET_EXHAUSTED", steps=step, detail=str(exc), messages=messages)
+        fit_prompt_budget(messages, overhead if not draft_mode else estimate_tokens(json.dumps(schema)), prompt_token_budget)
         request = ModelRequest(
             messages=list(messages),
             tools=[] if draft_mode else tools,
@@ -218,6 +326,21 @@ def run_agent(
         turn = stepped
         duration = int((time.monotonic() - t0) * 1000)
         ctx.usage.add_tokens(turn.usage.total)
+        if on_step is not None:
+            on_step(
+                ModelStepInfo(
+                    step_index=step,
+                    mode=request.mode,
+                    input_tokens=turn.usage.input_tokens,
+                    output_tokens=turn.usage.output_tokens,
+                    estimated=turn.usage.estimated,
+                    seconds=duration / 1000,
+                    first_token_s=turn.first_token_s,
+                    calls=len(turn.tool_calls),
+                    draft=turn.draft is not None,
+                    note=turn.note,
+                )
+            )
         if sink is not None:
             sink.add_step(
                 StepRecord(
@@ -280,6 +403,8 @@ def run_agent(
             )
             for o in outcomes:
                 messages.append(ToolResultMessage(tool_call_id=o.call_id, name=o.invocation.tool_name, content=json.dumps(o.observation, ensure_ascii=False)))
+            if outcomes and all(o.invocation.status is InvocationStatus.REJECTED for o in outcomes):
+                messages.append(UserMessage(content=refusal_note(outcomes)))
             ctx.progress.end_step(had_calls=True)
             if ctx.usage.tool_calls >= ctx.budget.tool_calls:
                 force_draft = True
