@@ -143,17 +143,24 @@ def fit_prompt_budget(messages: list[Message], overhead_tokens: int, budget: int
     return total
 
 
-def refusal_note(outcomes: list[Any]) -> str:
-    """The plain message after a step whose calls were all refused: what, why, what instead."""
+def refusal_note(outcomes: list[Any], uncalled: list[str] | None = None) -> str:
+    """The plain message after a step whose calls were all refused: what, why, what instead
+    (`uncalled`: the offered tools this run has not called yet)."""
     parts = []
     for o in outcomes:
         inv = o.invocation
         parts.append(f"{inv.tool_name} was refused ({inv.refusal_code or inv.status}: {inv.message or 'no reason given'})")
+    others = f" Tools not called yet: {', '.join(uncalled)}." if uncalled else ""
     return (
         "None of your calls of this step ran: " + "; ".join(parts) + ". Do not repeat a refused call. "
         "Cite the refs of the earlier invocation it names, call a different tool or query, "
-        "or, if you have enough evidence, submit the draft with submit_draft."
+        "or, if you have enough evidence, submit the draft with submit_draft." + others
     )
+
+
+def _uncalled(tools: list[ToolSpec], boundary: ToolBoundary) -> list[str]:
+    ran = {o.invocation.tool_name for o in boundary.outcomes if o.invocation.status is InvocationStatus.READY}
+    return [t.name for t in tools if t.name not in ran]
 
 
 def _summary(messages: list[Message]) -> str:
@@ -404,11 +411,13 @@ def run_agent(
             for o in outcomes:
                 messages.append(ToolResultMessage(tool_call_id=o.call_id, name=o.invocation.tool_name, content=json.dumps(o.observation, ensure_ascii=False)))
             if outcomes and all(o.invocation.status is InvocationStatus.REJECTED for o in outcomes):
-                messages.append(UserMessage(content=refusal_note(outcomes)))
+                messages.append(UserMessage(content=refusal_note(outcomes, _uncalled(tools, boundary))))
             ctx.progress.end_step(had_calls=True)
             if ctx.usage.tool_calls >= ctx.budget.tool_calls:
                 force_draft = True
         else:
             messages.append(AssistantMessage(content=turn.text or "", reasoning=turn.reasoning))
-            messages.append(UserMessage(content="Call the tools you need, or submit the draft with submit_draft."))
+            uncalled = _uncalled(tools, boundary)
+            hint = f" Tools not called yet: {', '.join(uncalled)}." if uncalled else ""
+            messages.append(UserMessage(content="Call the tools you need, or submit the draft with submit_draft." + hint))
             ctx.progress.end_step(had_calls=True)

@@ -141,17 +141,17 @@ def compact_draft_schema(taxonomy: Taxonomy | None = None) -> dict[str, Any]:
     citation = {
         "type": "object",
         "properties": {
-            "invocation_id": _str("an invocation_id of an observation of this run"),
+            "invocation_id": _str(),
             "tool_name": _str(),
-            "raw_path": _str("a ref path of that invocation, e.g. $.entries[0]"),
-            "excerpt": _str("text copied verbatim from that ref"),
+            "raw_path": _str("e.g. $.entries[0]"),
+            "excerpt": _str("verbatim from that ref"),
         },
         "required": ["invocation_id", "tool_name", "raw_path", "excerpt"],
     }
     claim = {
         "type": "object",
         "properties": {
-            "id": _str("c1, c2, ..."),
+            "id": _str(),
             "text": _str(),
             "kind": {"type": "string", "enum": ["finding", "root_cause", "negative_observation"]},
             "citations": {"type": "array", "items": citation},
@@ -176,14 +176,14 @@ def compact_draft_schema(taxonomy: Taxonomy | None = None) -> dict[str, Any]:
                 "properties": {
                     "component": enum("component"),
                     "mechanism": enum("mechanism"),
-                    "culprit": _str("what exactly: session, pid, host, config line"),
+                    "culprit": _str("session, pid, host, query or config line"),
                     "claim_ids": _strings(),
                 },
                 "required": ["component", "mechanism", "culprit", "claim_ids"],
             },
             {"type": "null"},
         ],
-        "description": "null unless the evidence clearly favours one cause",
+        "description": "null unless the evidence clearly favours it",
     }
     recovery = {
         "type": "object",

@@ -302,7 +302,12 @@ class OpenAICompatModel:
             schema = json.dumps(request.draft_schema, ensure_ascii=False, separators=(",", ":"))
             messages.append({"role": "user", "content": DRAFT_AS_JSON_PROMPT.format(schema=schema)})
         else:
-            tools = [self._function(t.name, t.description, compact_schema(t.parameters)) for t in request.tools if t.name != DRAFT_TOOL_NAME]
+            seen: set[tuple[str, str]] = set()
+            tools = [
+                self._function(t.name, t.description, _described_once(compact_schema(t.parameters), seen))
+                for t in request.tools
+                if t.name != DRAFT_TOOL_NAME
+            ]
             tools.append(self._function(DRAFT_TOOL_NAME, DRAFT_TOOL_DESCRIPTION, request.draft_schema))
             body["tools"] = tools
             if request.mode == "draft":
@@ -552,6 +557,23 @@ class OpenAICompatModel:
 
 _WATCH_POLL_S = 0.05
 """How often the stream watchdog looks at the clock, seconds."""
+
+
+def _described_once(schema: dict[str, Any], seen: set[tuple[str, str]]) -> dict[str, Any]:
+    """`schema` without the property descriptions an earlier tool of the same request already
+    showed for a property of the same name (`since`, `query`, `limit` are alike in every tool)."""
+    props = schema.get("properties")
+    if not isinstance(props, dict):
+        return schema
+    out = {}
+    for name, prop in props.items():
+        desc = prop.get("description") if isinstance(prop, dict) else None
+        if isinstance(desc, str):
+            if (name, desc) in seen:
+                prop = {k: v for k, v in prop.items() if k != "description"}
+            seen.add((name, desc))
+        out[name] = prop
+    return {**schema, "properties": out}
 
 
 def _whole(stream: Any) -> Any:
