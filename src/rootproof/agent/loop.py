@@ -283,13 +283,15 @@ def run_agent(
 
     `taxonomy` (the built-in one plus the run's cards) gives the draft schema's enums and checks
     the draft. The model is offered the compact draft schema (`compact_draft_schema`); what it
-    returns is validated against the full `DiagnosisDraft`. Before each step older tool results
-    are shortened until the estimated prompt fits `prompt_token_budget`. `on_step` hears what
+    returns is validated against the full `DiagnosisDraft`. Before each step of a context-limited
+    model (a language model) older tool results are shortened until the estimated prompt fits
+    `prompt_token_budget`. `on_step` hears what
     each model step cost (progress lines).
     """
     messages: list[Message] = [SystemMessage(content=system_prompt), UserMessage(content=user_prompt)]
     steps = model if isinstance(model, CancellableModel) else CancellableModel(model, ctx.cancellation)
     schema = compact_draft_schema(taxonomy)
+    fits_budget = bool(getattr(steps.inner, "context_limited", False))
     overhead = estimate_tokens(json.dumps([schema, [t.parameters for t in tools], [t.description for t in tools]], ensure_ascii=False))
     repaired = False
     force_draft = False
@@ -307,7 +309,8 @@ def run_agent(
             ctx.usage.take_model_call(ctx.budget)
         except BudgetExhausted as exc:
             return LoopResult(end="BUDGET_EXHAUSTED", steps=step, detail=str(exc), messages=messages)
-        fit_prompt_budget(messages, overhead if not draft_mode else estimate_tokens(json.dumps(schema)), prompt_token_budget)
+        if fits_budget:
+            fit_prompt_budget(messages, overhead if not draft_mode else estimate_tokens(json.dumps(schema)), prompt_token_budget)
         request = ModelRequest(
             messages=list(messages),
             tools=[] if draft_mode else tools,

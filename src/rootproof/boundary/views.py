@@ -33,10 +33,12 @@ def control_view(inv: CanonicalInvocation) -> dict[str, Any]:
 
 
 def model_observation(inv: CanonicalInvocation, budget_bytes: int) -> dict[str, Any]:
-    """What the agent reads: whole refs, in result order, until the byte budget; then `omitted`."""
+    """What the agent reads: whole refs, in result order, until the byte budget; then `omitted`.
+    A call that did not run shows its status, code and message only."""
     if inv.status is not InvocationStatus.READY:
+        # No invocation id: nothing of a call that did not run can be cited, and a model shown
+        # the id of its refused call cites it (seen with a 1.5B local model).
         return {
-            "invocation_id": inv.invocation_id,
             "tool": inv.tool_name,
             "status": str(inv.status),
             "code": inv.refusal_code,

@@ -138,7 +138,12 @@ class ModelTurn:
 
 
 class Model(Protocol):
-    """A model backend. Raises `ModelUnavailable` when the provider stays down after retries."""
+    """A model backend. Raises `ModelUnavailable` when the provider stays down after retries.
+
+    A model that reads its prompt as tokens (a language model) also has `context_limited = True`:
+    the loop then fits each prompt to the prompt token budget. Planners that read the messages
+    as data (offline, scripted) have no such attribute and always get every observation whole.
+    """
 
     name: str
 

@@ -39,6 +39,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
+
 try:
     import openai
 except ImportError as exc:  # pragma: no cover - openai is a core dependency
@@ -168,6 +170,8 @@ class OpenAICompatModel:
 
     name: str
     """`openai:<model>`."""
+    context_limited = True
+    """Its prompts are fitted to the prompt token budget (see `Model`)."""
 
     def __init__(
         self,
@@ -440,7 +444,13 @@ class OpenAICompatModel:
         t0 = time.monotonic()
         first_by = t0 + min(self.timeout_s, left)
         end_by = t0 + left
-        stream = self._client.chat.completions.create(**body, timeout=min(self.timeout_s, left))
+        # The watchdog below enforces the deadlines; the HTTP read timeout is only a backstop
+        # behind it (and the wait for the response headers, which some servers send late).
+        backstop = min(max(self.timeout_s, self.token_timeout_s), left) + _BACKSTOP_S
+        try:
+            stream = self._client.chat.completions.create(**body, timeout=backstop)
+        except openai.APITimeoutError:
+            raise _StreamStalled(f"no first token within {self.timeout_s:g} s (ROOTPROOF_MODEL_TIMEOUT_S)") from None
         if "text/event-stream" not in stream.response.headers.get("content-type", ""):
             # A server that ignores `stream: true` answers one whole completion (or an error page).
             return _Answer.of(_whole(stream), self._where)
@@ -470,10 +480,10 @@ class OpenAICompatModel:
                     state["first"] = now - t0
                 state["last"] = now
                 answer.add(chunk)
-        except (openai.OpenAIError, OSError, ValueError) as exc:
+        except (openai.OpenAIError, httpx.HTTPError, OSError, ValueError) as exc:
             if state["stalled"]:
                 raise _StreamStalled(str(state["stalled"])) from None
-            if isinstance(exc, openai.OpenAIError):
+            if isinstance(exc, openai.APIStatusError):  # an error event in the stream
                 raise
             raise _StreamStalled(f"the stream broke off ({type(exc).__name__}: {exc})") from None
         finally:
@@ -555,6 +565,8 @@ class OpenAICompatModel:
         )
 
 
+_BACKSTOP_S = 1.0
+"""Seconds the HTTP read timeout of a streamed request runs after the watchdog's deadline."""
 _WATCH_POLL_S = 0.05
 """How often the stream watchdog looks at the clock, seconds."""
 
