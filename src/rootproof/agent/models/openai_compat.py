@@ -451,6 +451,9 @@ class OpenAICompatModel:
             stream = self._client.chat.completions.create(**body, timeout=backstop)
         except openai.APITimeoutError:
             raise _StreamStalled(f"no first token within {self.timeout_s:g} s (ROOTPROOF_MODEL_TIMEOUT_S)") from None
+        if time.monotonic() >= first_by:  # the headers alone came after the first token's deadline
+            _shut(stream)
+            raise _StreamStalled(f"no first token within {self.timeout_s:g} s (ROOTPROOF_MODEL_TIMEOUT_S)")
         if "text/event-stream" not in stream.response.headers.get("content-type", ""):
             # A server that ignores `stream: true` answers one whole completion (or an error page).
             return _Answer.of(_whole(stream), self._where)
@@ -565,7 +568,7 @@ class OpenAICompatModel:
         )
 
 
-_BACKSTOP_S = 1.0
+_BACKSTOP_S = 0.25
 """Seconds the HTTP read timeout of a streamed request runs after the watchdog's deadline."""
 _WATCH_POLL_S = 0.05
 """How often the stream watchdog looks at the clock, seconds."""
