@@ -386,6 +386,11 @@ def test_a_run_that_repeats_itself_is_told_plainly_then_drafts_as_json_text_afte
     # Two stalled steps end gathering: the draft is forced, the server fails it, JSON text follows.
     assert forced["tool_choice"] == {"type": "function", "function": {"name": "submit_draft"}} and forced["stream"] is True
     assert "tools" not in as_json
+    # The draft request says what may be cited: the one call that ran, with its ref paths.
+    ran = [i for i in store.trace(out.run_id)["invocations"] if i["status"] == "READY"]  # type: ignore[index]
+    note = forced["messages"][-1]["content"]
+    assert note.startswith("Gathering is over.") and f"- {ran[0]['invocation_id']} (query_logs): $.entries[0]" in note
+    assert len(ran) == 1 and note.count("\n- ") == 1
     assert [s.mode for s in steps] == ["gather", "gather", "gather", "draft"]
     assert steps[-1].note and "asked for as JSON text" in steps[-1].note
     trace = store.trace(out.run_id)

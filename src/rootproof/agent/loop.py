@@ -40,13 +40,15 @@ from rootproof.run.context import RunCancellation, RunContext
 from rootproof.run.records import ReasoningAuditRecord, StepRecord, TraceSink
 from rootproof.taxonomy import Taxonomy
 
-__all__ = ["CancellableModel", "LoopEnd", "LoopResult", "ModelStepInfo", "fit_prompt_budget", "refusal_note", "run_agent"]
+__all__ = ["CancellableModel", "LoopEnd", "LoopResult", "ModelStepInfo", "draft_note", "fit_prompt_budget", "refusal_note", "run_agent"]
 
 LoopEnd = Literal["DRAFT", "NO_DRAFT", "BUDGET_EXHAUSTED", "DEADLINE_EXCEEDED", "MODEL_UNAVAILABLE", "CANCELLED"]
 SUMMARY_CAP = 600
 DEFAULT_PROMPT_TOKEN_BUDGET = 6000
 SHORT_REFS = 3
 """Refs an observation keeps when shortened to fit the prompt budget."""
+MAX_NOTE_INVOCATIONS = 20
+"""Invocations the draft note lists at most."""
 SHORT_REF_CHARS = 240
 """Characters of each ref's text an observation keeps when shortened."""
 CANCEL_POLL_S = 0.05
@@ -155,6 +157,24 @@ def refusal_note(outcomes: list[Any], uncalled: list[str] | None = None) -> str:
         "None of your calls of this step ran: " + "; ".join(parts) + ". Do not repeat a refused call. "
         "Cite the refs of the earlier invocation it names, call a different tool or query, "
         "or, if you have enough evidence, submit the draft with submit_draft." + others
+    )
+
+
+def draft_note(boundary: ToolBoundary) -> str:
+    """The message that asks a language model for the draft: the invocations it may cite, each
+    with its tool and ref paths (never their texts: those are in the observations)."""
+    lines = []
+    for o in boundary.outcomes:
+        inv = o.invocation
+        if inv.status is not InvocationStatus.READY:
+            continue
+        paths = [r.raw_path for r in inv.evidence_refs]
+        shown = ", ".join(paths[:3]) + (f" … {paths[-1]} ({len(paths)} refs)" if len(paths) > 3 else "")
+        lines.append(f"- {inv.invocation_id} ({inv.tool_name}): {shown}")
+    cite = "\n".join(lines[:MAX_NOTE_INVOCATIONS]) if lines else "- none: no call returned evidence, so no claim can cite anything; say so under limitations"
+    return (
+        "Gathering is over. Submit the DiagnosisDraft now with submit_draft. The invocations you may cite "
+        "(copy the excerpt verbatim from that ref's text in its observation):\n" + cite
     )
 
 
@@ -292,6 +312,7 @@ def run_agent(
     steps = model if isinstance(model, CancellableModel) else CancellableModel(model, ctx.cancellation)
     schema = compact_draft_schema(taxonomy)
     fits_budget = bool(getattr(steps.inner, "context_limited", False))
+    announced = False
     overhead = estimate_tokens(json.dumps([schema, [t.parameters for t in tools], [t.description for t in tools]], ensure_ascii=False))
     repaired = False
     force_draft = False
@@ -304,6 +325,10 @@ def run_agent(
         if remaining <= 0:
             return LoopResult(end="BUDGET_EXHAUSTED", steps=ctx.progress.step_index + 1, detail="model calls used up", messages=messages)
         draft_mode = force_draft or remaining <= 1 or ctx.progress.stalled or _budget_spent(ctx)
+        if draft_mode and fits_budget and not announced:
+            # A language model asked for the draft is told what it may cite (ids and paths only).
+            announced = True
+            messages.append(UserMessage(content=draft_note(boundary)))
         step = ctx.progress.begin_step()
         try:
             ctx.usage.take_model_call(ctx.budget)
