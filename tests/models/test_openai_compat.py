@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from rootproof.agent.models.compact import compact_schema
 from rootproof.agent.models.base import (
     AssistantMessage,
     Message,
@@ -23,6 +22,7 @@ from rootproof.agent.models.base import (
     ToolSpec,
     UserMessage,
 )
+from rootproof.agent.models.compact import compact_schema
 from rootproof.agent.models.openai_compat import (
     DRAFT_TOOL_DESCRIPTION,
     OpenAICompatModel,
