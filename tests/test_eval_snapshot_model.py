@@ -69,7 +69,7 @@ def _eval_cli(tmp_path: Path, fake: FakeOpenAI, *args: str, **env: str) -> subpr
         ROOTPROOF_HOME=str(tmp_path / "home"),
         ROOTPROOF_OPENAI_BASE_URL=fake.base_url,
         ROOTPROOF_OPENAI_MODEL="fake-local",
-        ROOTPROOF_OPENAI_PROVIDER="llamacpp",
+        ROOTPROOF_OPENAI_PROVIDER="vllm",  # streams usage: the tokens are the server's, not estimates
         ROOTPROOF_MODEL_MAX_RETRIES="0",
         **env,
     )
