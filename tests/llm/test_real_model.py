@@ -9,7 +9,8 @@ scenario's ground truth), and every published run is re-verified with `rootproof
 --json`. Held: every run terminal, no false publish (audit passes and the published root cause
 is the ground truth's), and a draft reached the guards in at least 5 of 6 runs.
 
-`--llm-scenarios ID,ID` picks other built-in scenarios (default `SCENARIOS`). Each diagnosis on
+`--llm-scenarios ID,ID` picks other built-in scenarios (default `SCENARIOS`), `--llm-deadline-s S`
+another deadline (default `DEADLINE_S`, at most 3600). Each diagnosis on
 the local llama.cpp server takes minutes. Not here: `eval snapshot --model openai` against the
 real server (two more diagnoses of minutes each for what the fake-server tests in
 tests/test_eval_snapshot_model.py already cover).
@@ -114,7 +115,7 @@ def _rp(home: Path, *args: str, extra: dict[str, str] | None = None, timeout: fl
     )
 
 
-def _model_env(url: str | None) -> dict[str, str]:
+def _model_env(url: str | None, deadline_s: float) -> dict[str, str]:
     if url is None:
         return {"ROOTPROOF_MODEL": "offline"}
     return {
@@ -122,14 +123,14 @@ def _model_env(url: str | None) -> dict[str, str]:
         "ROOTPROOF_OPENAI_BASE_URL": url,
         "ROOTPROOF_OPENAI_PROVIDER": PROVIDER,
         "ROOTPROOF_OPENAI_MODEL": MODEL,
-        "ROOTPROOF_DEADLINE_S": str(DEADLINE_S),
+        "ROOTPROOF_DEADLINE_S": f"{deadline_s:g}",
         "ROOTPROOF_MODEL_TIMEOUT_S": str(MODEL_TIMEOUT_S),
     }
 
 
-def _diagnose(sid: str, home: Path, url: str | None) -> Figures:
+def _diagnose(sid: str, home: Path, url: str | None, deadline_s: float = DEADLINE_S) -> Figures:
     """Diagnose `sid` with the real model (`url`) or the offline planner (None), read it back, score it, audit it."""
-    p = _rp(home, "diagnose", "--scenario", sid, "--json", extra=_model_env(url), timeout=DEADLINE_S + 300)
+    p = _rp(home, "diagnose", "--scenario", sid, "--json", extra=_model_env(url, deadline_s), timeout=deadline_s + 300)
     assert p.returncode == 0, f"{sid}: diagnose exited {p.returncode}: {p.stderr[-3000:]}"
     doc = json.loads(p.stdout)
     t = _rp(home, "trace", doc["run_id"], "--json")
@@ -195,12 +196,13 @@ def test_real_model_runs_end_publish_nothing_false_and_reach_the_guards(
     llm_url: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> None:
     ids = _scenarios(request.config)
+    deadline_s = float(request.config.getoption("--llm-deadline-s", default=None) or DEADLINE_S)
     home = tmp_path_factory.mktemp("llm-home")
     offline = [_diagnose(sid, home, None) for sid in ids]
     real: list[Figures] = []
     for sid in ids:
         t0 = time.monotonic()
-        real.append(f := _diagnose(sid, home, llm_url))
+        real.append(f := _diagnose(sid, home, llm_url, deadline_s))
         print(f"\n[{len(real)}/{len(ids)}] {_line(f)}  (subprocess {time.monotonic() - t0:.0f} s)", flush=True)
     print("\n" + _table(real, offline), flush=True)
     print("LLM_FIGURES " + json.dumps({"real": [asdict(f) for f in real], "offline": [asdict(f) for f in offline]}), flush=True)
