@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from rootproof.eval.snapshot import CaseResult
 
 __all__ = ["register"]
 
@@ -88,8 +91,13 @@ def _snapshot(
             bar.start()  # only once the scenarios loaded: a load error stays one line
         bar.update(task, completed=done, description=sid or "starting workers")
 
+    def case_done(case: CaseResult, done: int, total: int) -> None:
+        err.print(case_line(case, done, total), highlight=False, markup=False, soft_wrap=True)
+
     try:
-        suite = run_suite(scenarios, settings=settings, model=model, jobs=jobs, progress=advance)
+        suite = run_suite(
+            scenarios, settings=settings, model=model, jobs=jobs, progress=advance, on_case=case_done
+        )
     finally:
         bar.stop()
     data = report_json(suite)
@@ -109,6 +117,18 @@ def _snapshot(
         f"publish {s['publish_rate']}, fallback {s['fallback_rate']}, false-confident {s['false_confident_rate']}, "
         f"hard gates {s['hard_gate_violations']}, AIOps rules passed {s.get('aiops_pass_rate')} of {s.get('alert_scenarios', 0)} alert runs, "
         f"{s['wall_time_s']} s ({s['scenarios_per_second']} scenarios/s, jobs {s['jobs']})"
+    )
+
+
+def case_line(case: CaseResult, done: int, total: int) -> str:
+    """One scenario's progress line (stderr): id, outcome, score, tokens, wall time, tokens/s."""
+    obs = case.observation
+    outcome = f"{obs.release_outcome or '-'}" + (f"/{obs.fallback_type}" if obs.fallback_type else "")
+    if obs.error:
+        outcome = "ERROR"
+    return (
+        f"[{done}/{total}] {case.scenario_id} {outcome} score {case.score.score:g} "
+        f"tokens {case.tokens} {case.wall_time_s:.1f} s {case.tokens_per_second:g} tok/s"
     )
 
 

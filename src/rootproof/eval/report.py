@@ -139,6 +139,8 @@ def case_row(c: CaseResult) -> dict[str, Any]:
         "hard_gates": list(s.hard_gates),
         "tool_calls": len(obs.tool_audit),
         "duration_ms": obs.duration_ms,
+        "tokens": c.tokens,
+        "wall_time_s": c.wall_time_s,
         "failure_class": s.failure_class,
         "failure_reasons": list(s.failure_reasons),
         "aiops": _aiops_row(obs.aiops),

@@ -12,6 +12,11 @@ runs. The hook is process-wide and cannot be removed, so every scenario — even
 runs in a worker process of a `spawn` pool, one scenario at a time per worker: an access is
 blamed on the scenario that made it. Workers trace to memory and return plain data.
 
+Each scenario's run has its own deadline: `eval_case_timeout_s` (`ROOTPROOF_EVAL_CASE_TIMEOUT_S`)
+when set, else `deadline_s`. A run that reaches it ends in its DEADLINE_EXCEEDED fallback and is
+scored like any other row; a run still going `CASE_GRACE_S` past it (a part that does not watch
+the deadline) is cancelled by the worker, so one slow scenario never stops the eval.
+
 Lifecycle of the `eval_run` row: created → running → passed (pass rate ≥ 0.9) | failed |
 infra_invalid (a worker crashed, a scenario or its ground truth failed to load) | cancelled
 (KeyboardInterrupt).
@@ -26,6 +31,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -41,14 +47,18 @@ from rootproof.settings import Settings
 
 if TYPE_CHECKING:
     from rootproof.agent.models.base import Model
+    from rootproof.boundary.store import CanonicalInvocation
     from rootproof.harness import Harness, RunOutcome
     from rootproof.store.sql import SqlTraceStore
 
 __all__ = [
+    "CASE_GRACE_S",
     "GROUND_TRUTH_NAME",
     "PASS_RATE_TO_PASS",
     "CaseResult",
     "SuiteResult",
+    "model_label",
+    "observe_trace",
     "run_case",
     "run_suite",
     "suite_version",
@@ -57,6 +67,10 @@ __all__ = [
 GROUND_TRUTH_NAME = "ground_truth.yaml"
 PASS_RATE_TO_PASS = 0.9
 """An evaluation run is `passed` when at least this share of its cases passed."""
+
+CASE_GRACE_S = 5.0
+"""Seconds past a scenario's deadline after which its worker cancels the run (a backstop: the
+run's own deadline normally ends it first)."""
 
 ProgressFn = Callable[[str, int, int], None]
 """Called with ("", 0, total) when the runs start, then after each case with (scenario id, done, total)."""
@@ -152,26 +166,28 @@ def _citations(report: dict[str, Any], invocations: dict[str, Any]) -> list[dict
     return out
 
 
+def _audit_row(inv: CanonicalInvocation) -> dict[str, Any]:
+    """One invocation as the tool audit records it (no payload)."""
+    return {
+        "invocation_id": inv.invocation_id,
+        "tool": inv.tool_name,
+        "status": str(inv.status),
+        "code": inv.refusal_code,
+        "evidence_status": inv.evidence_status,
+        "scope_key": inv.scope_key,
+        "data_source": inv.data_source,
+        "step_index": inv.step_index,
+        "duration_ms": inv.duration_ms,
+        "evidence_count": len(inv.evidence_refs),
+    }
+
+
 def _observe(scenario_id: str, h: Harness, out: RunOutcome, budget: int, model_name: str) -> dict[str, Any]:
     """The run's outcome as plain data for the evaluator."""
     invocations = {inv.invocation_id: inv for inv in h.canonical.for_run(out.run_id)}
     for o in out.outcomes:
         invocations.setdefault(o.invocation.invocation_id, o.invocation)
-    audit = [
-        {
-            "invocation_id": o.invocation.invocation_id,
-            "tool": o.invocation.tool_name,
-            "status": str(o.invocation.status),
-            "code": o.invocation.refusal_code,
-            "evidence_status": o.invocation.evidence_status,
-            "scope_key": o.invocation.scope_key,
-            "data_source": o.invocation.data_source,
-            "step_index": o.invocation.step_index,
-            "duration_ms": o.invocation.duration_ms,
-            "evidence_count": len(o.invocation.evidence_refs),
-        }
-        for o in out.outcomes
-    ]
+    audit = [_audit_row(o.invocation) for o in out.outcomes]
     draft = out.draft.model_dump(mode="json") if out.draft is not None else None
     content = out.content
     published = None
@@ -202,6 +218,73 @@ def _observe(scenario_id: str, h: Harness, out: RunOutcome, budget: int, model_n
     }
 
 
+def _stored_invocation(row: dict[str, Any]) -> CanonicalInvocation:
+    """A `tool_invocation` row of a stored trace as the canonical invocation it recorded."""
+    from rootproof.boundary.store import CanonicalInvocation, InvocationStatus
+    from rootproof.tools.refs import EvidenceRef
+
+    refs = [
+        EvidenceRef(raw_path=str(r.get("raw_path")), text=str(r.get("text") or ""), data_source=str(r.get("data_source") or ""))
+        for r in row.get("evidence_refs") or []
+        if isinstance(r, dict)
+    ]
+    return CanonicalInvocation(
+        invocation_id=str(row["invocation_id"]),
+        run_id=str(row.get("run_id")),
+        session_id=str(row.get("session_id")),
+        step_index=int(row.get("step_index") or 0),
+        tool_name=str(row.get("tool_name")),
+        arguments=row.get("input_params") or {},
+        scope_key=row.get("scope_key"),
+        status=InvocationStatus(str(row.get("status"))),
+        refusal_code=row.get("refusal_code"),
+        evidence_status=row.get("evidence_status"),
+        data_source=row.get("data_source"),
+        evidence_refs=refs,
+        duration_ms=int(row.get("duration_ms") or 0),
+    )
+
+
+def observe_trace(trace: dict[str, Any], *, tool_call_budget: int) -> CaseObservation:
+    """The evaluator's observation of a run made elsewhere (`rootproof diagnose`), from its
+    stored trace (`rootproof trace RUN --json`, `SqlTraceStore.trace`) alone.
+
+    What a stored trace cannot give: the draft of a run whose draft the guards withheld (only
+    released content is stored), so the process points read from a draft (plan, hypotheses)
+    count for published reports only; a run in the worker (`run_suite`) sees its draft.
+    `tool_call_budget` is the run's (`Harness.budget(scenario).tool_calls`).
+    """
+    run = trace["run"]
+    invocations = {inv.invocation_id: inv for inv in (_stored_invocation(r) for r in trace.get("invocations") or [])}
+    content = run.get("content") if isinstance(run.get("content"), dict) else None
+    published = None
+    if run.get("release_outcome") == "PUBLISHED" and content and content.get("content_type") == "DIAGNOSIS_REPORT":
+        r = content.get("report")
+        published = r if isinstance(r, dict) else None
+    evaluation = run.get("self_evaluation") if isinstance(run.get("self_evaluation"), dict) else {}
+    guard = evaluation.get("evidence_guard") if isinstance(evaluation.get("evidence_guard"), dict) else None
+    return CaseObservation.from_dict(
+        {
+            "scenario_id": str(run.get("scenario_id")),
+            "run_id": run.get("run_id"),
+            "status": run.get("status"),
+            "release_outcome": run.get("release_outcome"),
+            "fallback_type": run.get("fallback_type"),
+            "content": content,
+            "draft": published,
+            "guard_codes": [str(c) for c in guard.get("codes") or []] if guard else [],
+            "guard_passed": guard.get("passed") if guard else None,
+            "tool_audit": [_audit_row(inv) for inv in invocations.values()],
+            "aiops": evaluation.get("aiops_rule_evaluation"),
+            "cited_refs": _citations(published, invocations) if published is not None else [],
+            "draft_refs": _citations(published, invocations) if published is not None else [],
+            "tool_call_budget": tool_call_budget,
+            "model": run.get("model"),
+            "duration_ms": int(run.get("duration_ms") or 0),
+        }
+    )
+
+
 def run_case(job: dict[str, Any]) -> dict[str, Any]:
     """Worker entry: run one scenario's agent phase under the audit hook; return plain data.
 
@@ -215,21 +298,38 @@ def run_case(job: dict[str, Any]) -> dict[str, Any]:
     _AgentPhase.reads = []
     data: dict[str, Any] = {"scenario_id": folder.name}
     try:
+        from rootproof.run.context import RunCancellation
         from rootproof.scenarios.loader import load_scenario
 
-        h = _harness(job["settings"])
+        settings: Settings = job["settings"]
+        h = _harness(settings)
         spec = job.get("model_factory")
+        cancellation = RunCancellation()
+        backstop = threading.Timer(
+            settings.deadline_s + CASE_GRACE_S, cancellation.cancel, kwargs={"reason": "eval case timeout"}
+        )
+        backstop.daemon = True
         t1 = time.perf_counter()
         _AgentPhase.active = True  # from the agent's construction to the released content
         try:
             model: Model = _factory(spec)() if spec else h.model(job.get("model"))
             scenario = load_scenario(folder)
-            out = h.diagnose(scenario.question, scenario=scenario, alert=scenario.alert, model=model)
+            backstop.start()
+            t_run = time.perf_counter()
+            out = h.diagnose(
+                scenario.question, scenario=scenario, alert=scenario.alert, model=model, cancellation=cancellation
+            )
         finally:
             _AgentPhase.active = False
+            backstop.cancel()
         t2 = time.perf_counter()
         data = _observe(scenario.id, h, out, h.budget(scenario).tool_calls, model.name)
-        data["timings"] = {"setup_ms": int((t1 - t0) * 1000), "agent_ms": int((t2 - t1) * 1000)}
+        data["tokens"] = out.tokens
+        data["timings"] = {
+            "setup_ms": int((t1 - t0) * 1000),
+            "agent_ms": int((t2 - t1) * 1000),
+            "run_ms": int((t2 - t_run) * 1000),
+        }
     except Exception as exc:
         data["error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
     data["ground_truth_reads"] = list(_AgentPhase.reads)
@@ -251,6 +351,20 @@ class CaseResult:
     folder: Path
     observation: CaseObservation
     score: CaseScore
+    tokens: int = 0
+    """Model tokens of the run, all calls counted (router, agent, judge)."""
+    wall_time_s: float = 0.0
+    """Wall-clock seconds of the run (`Harness.diagnose` in the worker); the worker's whole time
+    when no run finished (a worker error)."""
+
+    @property
+    def tokens_per_second(self) -> float:
+        """`tokens / wall_time_s` (0 when either is 0)."""
+        return round(self.tokens / self.wall_time_s, 1) if self.tokens and self.wall_time_s > 0 else 0.0
+
+
+CaseFn = Callable[[CaseResult, int, int], None]
+"""Called after each case with (its result, done, total)."""
 
 
 @dataclass(kw_only=True)
@@ -290,6 +404,32 @@ def suite_version(folders: list[Path]) -> str:
             digest.update(path.read_bytes())
             digest.update(b"\0")
     return digest.hexdigest()[:16]
+
+
+def model_label(settings: Settings, model_factory: str | None = None) -> str:
+    """The model an evaluation ran, as reports name it: `offline`, `openai:<model>` or `factory:<spec>`."""
+    if model_factory:
+        return f"factory:{model_factory}"
+    if settings.model == "openai":
+        return f"openai:{settings.openai_model}"
+    return settings.model
+
+
+def _case_result(folder: Path, data: dict[str, Any], truth: Any) -> CaseResult:
+    """Score the worker's data against `truth` (None: the ground truth failed to load)."""
+    data = dict(data)
+    tokens = int(data.pop("tokens", 0) or 0)
+    obs = CaseObservation.from_dict(data)
+    ms = obs.timings.get("run_ms", obs.timings.get("worker_ms", 0))
+    score = score_case(truth, obs) if truth is not None else _infra_score(obs)
+    return CaseResult(
+        scenario_id=obs.scenario_id,
+        folder=folder,
+        observation=obs,
+        score=score,
+        tokens=tokens,
+        wall_time_s=round(ms / 1000, 3),
+    )
 
 
 def summarize(cases: list[CaseResult], *, wall_s: float, jobs: int) -> dict[str, Any]:
@@ -353,6 +493,7 @@ def run_suite(
     model_factory: str | None = None,
     store: SqlTraceStore | None = None,
     progress: ProgressFn | None = None,
+    on_case: CaseFn | None = None,
 ) -> SuiteResult:
     """Run a snapshot suite and persist it.
 
@@ -363,7 +504,10 @@ def run_suite(
         jobs: worker processes (≥ 1; every scenario runs in a worker, even at 1).
         model_factory: `module:callable` returning the agent `Model` (tests); importable in a worker.
         store: where the eval run goes (default: the settings' trace store).
-        progress: called after each case.
+        progress: called when the runs start and after each case.
+        on_case: called with each case's result as it is scored.
+
+    Each run's deadline is `settings.eval_case_timeout_s`, else `settings.deadline_s`.
 
     Raises `UsageError` for an unknown scenario (before any eval run exists) and
     `ScenarioError` when a scenario fails to load (the eval run is recorded `infra_invalid`).
@@ -377,14 +521,17 @@ def run_suite(
         raise ConfigError(f"--model: expected offline or openai (got {model!r})")
     folders = list_scenarios(scenarios)
     taxonomy = taxonomy_for(settings.cards_dir)  # ground truth may use the cards' namespaced labels
-    run_settings = settings.model_copy(update={"model": model}) if model is not None else settings
+    update: dict[str, Any] = {"model": model} if model is not None else {}
+    if settings.eval_case_timeout_s is not None:
+        update["deadline_s"] = settings.eval_case_timeout_s
+    run_settings = settings.model_copy(update=update) if update else settings
     store = store or _open_store(settings)
     record = EvalRunRecord(
         eval_id=str(uuid.uuid4()),
         kind="snapshot",
         git_sha=git_sha(),
         suite_version=suite_version(folders),
-        model=f"factory:{model_factory}" if model_factory else run_settings.model,
+        model=model_label(run_settings, model_factory),
         settings=run_settings.public_dict(),
     )
     store.save_eval_run(record)
@@ -432,22 +579,17 @@ def run_suite(
                 data = fut.result()
             except Exception as exc:  # the worker process died (BrokenProcessPool) or could not pickle
                 data = {"scenario_id": folder.name, "error": f"worker crashed: {type(exc).__name__}: {exc}"}
-            obs = CaseObservation.from_dict(data)
             try:
                 truth = load_ground_truth(folder, taxonomy)  # the evaluator reads the answer after the run
             except RootproofError as exc:
-                obs.error = obs.error or f"ground truth failed to load: {exc}"
-                errors.append(f"{folder.name}: {obs.error}")
-                results[folder.name] = CaseResult(
-                    scenario_id=obs.scenario_id, folder=folder, observation=obs, score=_infra_score(obs)
-                )
-            else:
-                if obs.error:
-                    errors.append(f"{folder.name}: {obs.error}")
-                results[folder.name] = CaseResult(
-                    scenario_id=obs.scenario_id, folder=folder, observation=obs, score=score_case(truth, obs)
-                )
-            store.add_eval_case(_case_record(record.eval_id, results[folder.name]))
+                data = {**data, "error": data.get("error") or f"ground truth failed to load: {exc}"}
+                truth = None
+            case = results[folder.name] = _case_result(folder, data, truth)
+            if case.observation.error:
+                errors.append(f"{folder.name}: {case.observation.error}")
+            store.add_eval_case(_case_record(record.eval_id, case))
+            if on_case is not None:
+                on_case(case, len(results), len(folders))
             if progress is not None:
                 progress(folder.name, len(results), len(folders))
     except KeyboardInterrupt:
@@ -461,6 +603,7 @@ def run_suite(
     wall = time.perf_counter() - start
     cases = [results[f.name] for f in folders if f.name in results]
     summary = summarize(cases, wall_s=wall, jobs=jobs)
+    summary["model"] = record.model
     summary["timings"] = {c.scenario_id: c.observation.timings for c in cases}
     if errors:
         summary["errors"] = errors
