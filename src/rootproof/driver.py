@@ -195,6 +195,8 @@ class RunDriver:
             if loop.detail and loop.end in ("MODEL_UNAVAILABLE", "DEADLINE_EXCEEDED"):
                 record.error = loop.detail[:2000]
                 extra.append(model_limitation(loop.detail, ctx.language, status=loop.model_status))
+            elif loop.detail and loop.end == "NO_DRAFT":
+                record.error = loop.detail[:2000]  # why the draft was unusable, for the trace only
             if kind in (FallbackType.BUDGET_EXHAUSTED, FallbackType.DEADLINE_EXCEEDED):
                 extra += [call_limitation(i, ctx.language) for i in _failed_calls(h.canonical.for_run(ctx.run_id))]
             self.fallback(kind, status=status, extra=extra)

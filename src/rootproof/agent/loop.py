@@ -196,7 +196,9 @@ def _output_summary(turn: ModelTurn) -> str:
     for c in turn.tool_calls:
         args = c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments, ensure_ascii=False)
         parts.append(f"call {c.name}({args[:200]})")
-    if turn.draft is not None:
+    if isinstance(turn.draft, str):
+        parts.append(f"draft submitted, not JSON: {turn.draft[:SUMMARY_CAP]}")
+    elif turn.draft is not None:
         parts.append("draft submitted")
     if turn.usage.estimated:
         parts.append("tokens estimated (the server reported no usage)")
@@ -324,7 +326,8 @@ def run_agent(
         remaining = ctx.budget.model_calls - ctx.usage.model_calls
         if remaining <= 0:
             return LoopResult(end="BUDGET_EXHAUSTED", steps=ctx.progress.step_index + 1, detail="model calls used up", messages=messages)
-        draft_mode = force_draft or remaining <= 1 or ctx.progress.stalled or _budget_spent(ctx)
+        # A language model is asked for the draft with one call to spare, for the repair turn.
+        draft_mode = force_draft or remaining <= (2 if fits_budget else 1) or ctx.progress.stalled or _budget_spent(ctx)
         if draft_mode and fits_budget and not announced:
             # A language model asked for the draft is told what it may cite (ids and paths only).
             announced = True
