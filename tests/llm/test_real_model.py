@@ -53,9 +53,16 @@ SCENARIOS = (
 )
 PROVIDER = "llamacpp"  # the local server's quirks (`auto` once the probe picks them)
 MODEL = "local"
-DEADLINE_S = 900
+DEADLINE_S = 1500
 """A run's deadline: a 1.5B model on 2 cores takes minutes per step."""
 MODEL_TIMEOUT_S = 600
+SMALL_MODEL = {
+    "ROOTPROOF_MODEL_TOKEN_TIMEOUT_S": "120",  # a busy 2-core machine: seconds between tokens
+    "ROOTPROOF_PROMPT_TOKEN_BUDGET": "4000",  # prompt processing runs at ~20 tokens/s here
+    "ROOTPROOF_OBSERVATION_BYTES": "2048",
+    "ROOTPROOF_MAX_MODEL_CALLS": "6",
+}
+"""Settings for a 1.5B model on 2 cores (docs/models.md "Small local models")."""
 DRAFT_SHARE = 5 / 6
 """Runs whose draft must reach the guards (5 of 6)."""
 
@@ -125,6 +132,7 @@ def _model_env(url: str | None, deadline_s: float) -> dict[str, str]:
         "ROOTPROOF_OPENAI_MODEL": MODEL,
         "ROOTPROOF_DEADLINE_S": f"{deadline_s:g}",
         "ROOTPROOF_MODEL_TIMEOUT_S": str(MODEL_TIMEOUT_S),
+        **SMALL_MODEL,
     }
 
 
