@@ -171,6 +171,7 @@ class CaseObservation:
     def from_dict(cls, data: Mapping[str, Any]) -> CaseObservation:
         """Rebuild from the worker's plain dict."""
         d = dict(data)
+        d.pop("tokens", None)  # the worker's token count is a row figure (`CaseResult.tokens`), not observed evidence
         d["tool_audit"] = [ToolAuditEntry(**t) for t in d.get("tool_audit", [])]
         d["cited_refs"] = [CitedRef(**c) for c in d.get("cited_refs", [])]
         d["draft_refs"] = [CitedRef(**c) for c in d.get("draft_refs", [])]
