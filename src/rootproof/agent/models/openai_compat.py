@@ -103,6 +103,12 @@ class Quirks:
     gap between tokens, not to the whole answer."""
     stream_usage: bool = True
     """Ask for token usage in the stream's last chunk (`stream_options.include_usage`)."""
+    stream_auto_tools: bool = True
+    """Streaming a request with `tool_choice: "auto"` works (llama-cpp-python answers HTTP 500
+    "Automatic streaming tool choice is not supported" when the model calls a tool)."""
+    tool_description_in_parameters: bool = False
+    """The server's chat template drops `function.description`: copy it into the parameters
+    schema's `description`, which the template does show."""
 
     def active(self) -> list[str]:
         """Names of the quirks that differ from plain OpenAI chat completions."""
