@@ -5,7 +5,7 @@ script.
 
 - `llama_like`: llama-cpp-python 0.3.x with `chatml-function-calling` (content null → HTTP 500,
   role tool dropped, content HTML-escaped, function descriptions dropped, streams without usage,
-  a streamed tool call with tool_choice auto → HTTP 500).
+  a streamed tool call with tool_choice auto → 200, then the stream ends without `[DONE]`).
 - `plain_like`: plain OpenAI behaviour everywhere.
 """
 
@@ -90,7 +90,9 @@ def llama_like(body: dict[str, Any]) -> Reply:
             return error(500, "1 validation error for ChatCompletionRequestAssistantMessage content: Input should be a valid string")
     choice = body.get("tool_choice")
     if body.get("stream") and choice == "auto" and _wants_ping(body):
-        return error(500, "Automatic streaming tool choice is not supported")
+        # "Automatic streaming tool choice is not supported" is raised after the SSE response began:
+        # the client sees 200, then the stream ends without a chunk or [DONE].
+        return Reply(body="", headers={"Content-Type": "text/event-stream"})
     prompt = ""
     for m in body["messages"]:
         if m["role"] == "tool":
@@ -173,6 +175,35 @@ def test_a_server_that_refuses_tools_cannot_run_and_the_key_never_shows(fake_ope
     assert not report.can_run and "tool_choice auto failed: HTTP 400" in report.reason
     assert KEY not in json.dumps(report.as_dict()) and "***" in report.reason
     assert fake_openai.headers[0]["authorization"] == f"Bearer {KEY}"
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        error(500, "Automatic streaming tool choice is not supported"),
+        Reply(body="data: " + json.dumps({"error": {"message": "Automatic streaming tool choice is not supported"}}) + "\n\n", headers={"Content-Type": "text/event-stream"}),
+    ],
+    ids=["http-500", "error-chunk"],
+)
+def test_every_shape_of_a_failed_streamed_tool_call_is_measured(fake_openai: FakeOpenAI, failure: Reply) -> None:  # noqa: F811
+    def server(body: dict[str, Any]) -> Reply:
+        return failure if body.get("stream") and body.get("tools") else plain_like(body)
+
+    serve_like(fake_openai, server)
+    report = probe_server(fake_openai.base_url, None, "local", timeout_s=10)
+    check = report.check("stream_auto_tools")
+    assert check is not None and check.status == "quirk" and "Automatic streaming tool choice" in check.detail
+    assert report.quirks.active() == ["stream_auto_tools"]
+
+
+def test_a_model_that_answers_in_prose_leaves_stream_auto_tools_unmeasured(fake_openai: FakeOpenAI) -> None:  # noqa: F811
+    def prose(body: dict[str, Any]) -> Reply:
+        return plain_like(body | {"tool_choice": "none"}) if body.get("tool_choice") == "auto" else plain_like(body)
+
+    serve_like(fake_openai, prose)
+    report = probe_server(fake_openai.base_url, None, "local", timeout_s=10)
+    check = report.check("stream_auto_tools")
+    assert check is not None and check.status == "not measured" and "stream_auto_tools" not in report.measured
 
 
 def test_an_invalid_base_url_is_a_config_error() -> None:

@@ -198,11 +198,16 @@ class _Streamed:
     usage: bool = False
     tool_call: bool = False
     reasoning: bool = False
+    broke: bool = False
+    """The server answered 200, then the stream ended without `[DONE]` (the connection dropped
+    or an error chunk came): llama-cpp-python fails a streamed auto tool call that way."""
     elapsed_s: float = 0.0
 
     def failure(self) -> str:
         if self.status is None:
             return self.detail
+        if self.status == 200:
+            return f"HTTP 200, then {self.detail or 'no [DONE]'} after {self.chunks} chunk(s)"
         return f"HTTP {self.status}: {self.detail}" if self.detail else f"HTTP {self.status}"
 
 
@@ -301,6 +306,9 @@ class _Prober:
             out.detail = self.transport_failure(exc)
             if out.status == 200:  # the stream broke off: what came is kept, without [DONE]
                 out.detail = f"the stream broke off: {out.detail}"
+        if out.status == 200 and not out.done:
+            out.broke = True
+            out.detail = out.detail or "the stream ended without [DONE]"
         out.elapsed_s = time.monotonic() - started
         if out.reasoning:
             self.reasoning_seen += 1
@@ -328,7 +336,8 @@ class _Prober:
             if isinstance(chunk.get("usage"), dict) and chunk["usage"].get("prompt_tokens") is not None:
                 out.usage = True
             if isinstance(chunk.get("error"), dict):
-                out.detail = self.error_detail(json.dumps(chunk))
+                out.broke = True
+                out.detail = "an error chunk: " + self.error_detail(json.dumps(chunk))
             for choice in chunk.get("choices") or []:
                 delta = choice.get("delta") if isinstance(choice, dict) else None
                 if isinstance(delta, dict):
@@ -547,12 +556,14 @@ def _check_streaming(p: _Prober) -> bool:
         with_options = False
         got = p.stream({"messages": messages})
         elapsed += got.elapsed_s
-    if got.status == 200 and got.done and got.chunks:
-        p.add("streaming", "ok", f"stream: true answers {got.chunks} SSE chunk(s) ending [DONE]", elapsed_s=elapsed, quirk="streaming", value=True)
-    else:
-        why = got.failure() if got.status != 200 else got.detail or f"{got.chunks} chunk(s), no [DONE]"
-        p.add("streaming", "quirk", f"streaming does not work ({why}): whole answers are awaited", elapsed_s=elapsed, quirk="streaming", value=False)
+    if got.status is None:
+        p.add("streaming", "not measured", f"the streamed request failed: {got.failure()}", elapsed_s=elapsed, quirk="streaming")
         return False
+    if got.status != 200 or got.broke or not got.chunks:
+        p.add("streaming", "quirk", f"streaming does not work ({got.failure()}): whole answers are awaited",
+              elapsed_s=elapsed, quirk="streaming", value=False)
+        return False
+    p.add("streaming", "ok", f"stream: true answers {got.chunks} SSE chunk(s) ending [DONE]", elapsed_s=elapsed, quirk="streaming", value=True)
     if not with_options:
         p.add("stream_usage", "quirk", "stream_options is refused: usage is not asked for in streams", quirk="stream_usage", value=False)
     elif got.usage:
@@ -565,7 +576,7 @@ def _check_streaming(p: _Prober) -> bool:
 
 def _check_stream_auto_tools(p: _Prober) -> None:
     got = p.stream({"messages": _PING_MESSAGES, "tools": [_PING_TOOL], "tool_choice": "auto"})
-    if got.status is not None and got.status >= 500:
+    if (got.status is not None and got.status >= 500) or (got.broke and not got.tool_call):
         p.add("stream_auto_tools", "quirk", f"a streamed tool call with tool_choice auto failed ({got.failure()}): such requests are not streamed",
               elapsed_s=got.elapsed_s, quirk="stream_auto_tools", value=False)
     elif got.status == 200 and got.tool_call:
