@@ -540,6 +540,21 @@ def targets_check(
         raise typer.Exit(code)
 
 
+models_app = typer.Typer(help="Model servers: what the OpenAI-compatible server can do.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("check")
+@guarded
+def models_check(as_json: JsonOpt = False) -> None:
+    """Probe the ROOTPROOF_OPENAI_* server: its quirks, and whether a run can work. Exit 0 it can, 1 not, 2 bad setting."""
+    from rootproof.models_check import check_command
+
+    code = check_command(load_settings(), as_json=as_json)
+    if code:
+        raise typer.Exit(code)
+
+
 def _mount_eval() -> None:
     from rootproof.eval.ir import ir_command
     from rootproof.eval.retrieval import retrieval_command

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from rootproof.agent.models.base import Model
+    from rootproof.agent.models.openai_compat import Quirks
     from rootproof.kb import KnowledgeBase
     from rootproof.kb.cards import Card
     from rootproof.scenarios.types import Scenario
@@ -287,10 +288,42 @@ class Runtime:
             key = s.openai_api_key.get_secret_value() if s.openai_api_key else None
             if not key and s.openai_provider in _KEYED_PROVIDERS:
                 raise ConfigError(f"ROOTPROOF_OPENAI_API_KEY: not set; the {s.openai_provider} provider needs an API key")
+            if s.openai_provider == "auto":
+                return OpenAICompatModel(
+                    base_url=s.openai_base_url,
+                    api_key=key,
+                    model=s.openai_model,
+                    provider="auto",
+                    quirks=self._probed_quirks(s.openai_base_url, key),
+                    timeout_s=s.model_timeout_s,
+                    max_retries=s.model_max_retries,
+                )
             return OpenAICompatModel(
                 base_url=s.openai_base_url, api_key=key, model=s.openai_model, provider=s.openai_provider, timeout_s=s.model_timeout_s, max_retries=s.model_max_retries
             )
         raise ConfigError(f"ROOTPROOF_MODEL: unknown model {choice!r} (expected offline or openai)")
+
+    def _probed_quirks(self, base_url: str, key: str | None) -> Quirks:
+        """`ROOTPROOF_OPENAI_PROVIDER=auto`: the quirks the probe of `rootproof models check`
+        measures on the server (once per runtime: the model built with them is reused)."""
+        from rootproof.agent.models.probe import probe_server
+
+        s = self.settings
+        try:
+            report = probe_server(base_url, key, s.openai_model, timeout_s=s.model_timeout_s)
+        except ConfigError as exc:
+            raise ConfigError(f"ROOTPROOF_OPENAI_BASE_URL: {exc}") from None
+        if not report.reachable:
+            raise ConfigError(
+                f"ROOTPROOF_OPENAI_BASE_URL: the server at {report.base_url} is unreachable ({report.reason}); "
+                "ROOTPROOF_OPENAI_PROVIDER=auto probes it before the first run (`rootproof models check` shows each check)"
+            )
+        if not report.can_run:
+            raise ConfigError(
+                f"ROOTPROOF_OPENAI_BASE_URL: the server at {report.base_url} cannot run rootproof: {report.reason} "
+                "(`rootproof models check` shows each check)"
+            )
+        return report.quirks
 
 
 class _LazyKnowledge:

@@ -160,6 +160,8 @@ class FakeOpenAI:
         self.otherwise: Reply | None = None
         """The answer once the script is exhausted (None: a 500 naming the exhausted script)."""
         self._lock = threading.Lock()
+        self.model_ids: list[str] | None = ["fake-model"]
+        """What `GET /v1/models` lists (None: that route answers 404, as some servers do)."""
 
     def script(self, replies: list[Reply | Callable[[dict[str, Any]], Reply]]) -> None:
         """Answer the next requests with these replies, in order (replacing what was left)."""
@@ -223,6 +225,9 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 pass
             self.close_connection = True
 
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            self._send(models_reply(fake, self.path))
+
         def _send(self, reply: Reply) -> None:
             payload = (reply.body if isinstance(reply.body, str) else json.dumps(reply.body)).encode()
             try:
@@ -275,3 +280,11 @@ def fake_openai() -> Iterator[FakeOpenAI]:
     """A fresh scripted OpenAI-compatible server for one test."""
     with serve() as fake:
         yield fake
+
+
+def models_reply(fake: FakeOpenAI, path: str) -> Reply:
+    """The answer to `GET path`: `/v1/models` lists `fake.model_ids` (OpenAI's list shape)."""
+    if path.rstrip("/") != "/v1/models" or fake.model_ids is None:
+        return Reply(status=404, body={"error": {"message": f"no route {path}"}})
+    data = [{"id": m, "object": "model", "created": 1_700_000_000, "owned_by": "fake"} for m in fake.model_ids]
+    return Reply(body={"object": "list", "data": data})

@@ -120,11 +120,11 @@ class Quirks:
     stream_usage: bool = True
     """Ask for token usage in the stream's last chunk (`stream_options.include_usage`)."""
     stream_auto_tools: bool = True
-    """Streaming also works with `tool_choice: "auto"` (llama-cpp-python answers 500
-    "Automatic streaming tool choice is not supported": those steps are sent whole)."""
+    """Streaming also works with `tool_choice: "auto"` (llama-cpp-python fails such a stream once
+    the model calls a tool: a 200 whose stream ends with no chunk; those steps are sent whole)."""
     tool_description_in_parameters: bool = False
-    """The server's template shows a tool's parameters but not its description
-    (llama-cpp-python's `chatml-function-calling`): the description goes into the parameters."""
+    """The server's chat template drops `function.description` (llama-cpp-python's
+    `chatml-function-calling`): copy it into the parameters schema's `description`."""
 
     def active(self) -> list[str]:
         """Names of the quirks that differ from plain OpenAI chat completions."""
