@@ -31,7 +31,7 @@ from rootproof.scenarios.loader import load_scenario
 from rootproof.settings import load_settings
 from rootproof.tools.base import TOOLS
 
-from .fake_openai_server import FakeOpenAI, Reply, completion, error
+from .fake_openai_server import FakeOpenAI, Reply, completion, error, stream_chunks
 from .fake_openai_server import fake_openai as fake_openai  # the fixture
 
 TOOL_SPECS = [ToolSpec(name=n, description=t.description, parameters=t.json_schema()) for n, t in TOOLS.items()]
@@ -398,3 +398,26 @@ def test_a_run_that_repeats_itself_is_told_plainly_then_drafts_as_json_text_afte
     assert "asked for as JSON text" in trace["steps"][-1]["model_output"]
     # The relayed observation was all the model saw of the result (its template drops role tool).
     assert any(m["role"] == "user" and m["content"].startswith("Tool result for query_logs") for m in as_json["messages"])
+
+
+def test_a_stream_cut_short_without_a_finish_reason_is_retried(fake_openai: FakeOpenAI, models: list[OpenAICompatModel]) -> None:
+    """llama-cpp-python ends a stream early when another request arrives (or fails after the
+    headers): the chunks stop, no finish_reason, maybe no [DONE]. That attempt is retried."""
+    cut = completion(tool_calls=[{"id": "call_1", "name": "submit_draft", "arguments": json.dumps(GOOD_DRAFT)}])
+    chunks = stream_chunks(cut.body, include_usage=False)  # type: ignore[arg-type]
+    truncated = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks[:4])  # role + a few argument pieces
+    fake_openai.script(
+        [
+            Reply(body=truncated, headers={"Content-Type": "text/event-stream"}),
+            Reply(body="", headers={"Content-Type": "text/event-stream"}),  # no chunk at all
+            cut,
+        ]
+    )
+    turn = make(fake_openai, models, max_retries=2).step(draft_request())
+    assert turn.draft == GOOD_DRAFT and len(fake_openai.requests) == 3
+
+
+def test_a_stream_cut_short_every_time_is_model_unavailable(fake_openai: FakeOpenAI, models: list[OpenAICompatModel]) -> None:
+    fake_openai.script([Reply(body="", headers={"Content-Type": "text/event-stream"})] * 2)
+    with pytest.raises(ModelUnavailable, match="the stream ended before the answer was finished"):
+        make(fake_openai, models, max_retries=1).step(draft_request())

@@ -494,8 +494,10 @@ class OpenAICompatModel:
             stream.close()
         if state["stalled"]:
             raise _StreamStalled(str(state["stalled"]))
-        if answer.chunks == 0 and answer.text is None and answer.refusal is None and not answer.tool_calls and answer.usage is None:
-            raise ModelOutputError(f"{self._where}: the stream carried no completion")
+        if answer.finish_reason is None and answer.usage is None:
+            # No `finish_reason`: the server cut the answer short (llama-cpp-python ends a stream
+            # when another request arrives, or when it fails after the headers): retry it.
+            raise _StreamStalled(f"the stream ended before the answer was finished ({answer.chunks} chunk(s), no finish_reason)")
         answer.first_token_s = state["first"]  # type: ignore[assignment]
         if answer.usage is None:
             prompt = json.dumps([body.get("messages"), body.get("tools")], ensure_ascii=False)
@@ -632,6 +634,7 @@ class _Answer:
         self.usage: TokenUsage | None = None
         self.first_token_s: float | None = None
         self.chunks = 0
+        self.finish_reason: str | None = None
         self._parts: dict[int, dict[str, Any]] = {}
 
     @classmethod
@@ -670,6 +673,8 @@ class _Answer:
         for choice in getattr(chunk, "choices", None) or []:
             if getattr(choice, "index", 0) != 0:
                 continue
+            if finish := getattr(choice, "finish_reason", None):
+                self.finish_reason = str(finish)
             delta = getattr(choice, "delta", None)
             if delta is None:
                 continue
