@@ -49,15 +49,6 @@ DRAFT = {"summary": "row lock held by pid 4242", "claims": [{"id": "c1", "text":
 FORCED = {"type": "function", "function": {"name": "submit_draft"}}
 
 
-@pytest.fixture
-def models() -> Iterator[list[OpenAICompatModel]]:
-    """Models made by a test, closed afterwards."""
-    made: list[OpenAICompatModel] = []
-    yield made
-    for m in made:
-        m.close()
-
-
 def make(
     fake: FakeOpenAI, made: list[OpenAICompatModel], provider: Provider = "openai", **kw: Any
 ) -> OpenAICompatModel:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from rootproof.agent.models.base import (
     UserMessage,
 )
 from rootproof.agent.models.compact import compact_draft_schema, compact_schema, estimate_tokens
-from rootproof.agent.models.openai_compat import QUIRKS, OpenAICompatModel, Provider
+from rootproof.agent.models.openai_compat import OpenAICompatModel, Provider
 from rootproof.agent.prompts import load_prompt
 from rootproof.errors import ModelUnavailable
 from rootproof.harness import Harness, memory_harness
@@ -54,14 +53,6 @@ def _depth(node: Any, seen: int = 0) -> int:
     if isinstance(node, list):
         return max([seen, *(_depth(v, seen) for v in node)])
     return seen
-
-
-@pytest.fixture
-def models() -> Iterator[list[OpenAICompatModel]]:
-    made: list[OpenAICompatModel] = []
-    yield made
-    for m in made:
-        m.close()
 
 
 def make(fake: FakeOpenAI, made: list[OpenAICompatModel], provider: Provider = "llamacpp", **kw: Any) -> OpenAICompatModel:
@@ -304,18 +295,6 @@ def test_compact_schema_drops_bounds_but_keeps_enums_and_required() -> None:
     assert "top_queries" in small["properties"]["kind"]["enum"]
     assert not _keys(small) & set(BOUNDS)
     assert len(json.dumps(small)) < len(json.dumps(full)) * 0.7
-
-
-def test_llamacpp_quirks_are_what_the_real_server_showed() -> None:
-    q = QUIRKS["llamacpp"]
-    assert q.active() == [
-        "empty_assistant_content",
-        "relay_tool_results",
-        "html_escaped_prompt",
-        "stream_usage",
-        "stream_auto_tools",
-        "tool_description_in_parameters",
-    ]
 
 
 # -- a whole run on a server with llama.cpp's quirks ----------------------------------------------

@@ -30,6 +30,7 @@ from rootproof.agent.models.base import (
     ToolResultMessage,
     ToolSpec,
     UserMessage,
+    map_strings,
 )
 from rootproof.agent.models.compact import compact_draft_schema, estimate_tokens
 from rootproof.boundary.boundary import ToolBoundary, ToolCallRequest
@@ -253,13 +254,7 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {_plain(k): _plain(v) for k, v in value.items()}
-    return value
+    return map_strings(value, lambda text: _SURROGATE.sub("\ufffd", text))
 
 
 def _without_surrogates(turn: ModelTurn) -> ModelTurn:

@@ -22,6 +22,7 @@ __all__ = [
     "ToolResultMessage",
     "ToolSpec",
     "UserMessage",
+    "map_strings",
 ]
 
 
@@ -150,3 +151,14 @@ class Model(Protocol):
     def step(self, request: ModelRequest) -> ModelTurn:
         """Return the next turn."""
         ...
+
+
+def map_strings(value: Any, fn: Callable[[str], str]) -> Any:
+    """`value` (JSON-like: dicts, lists, scalars) with `fn` applied to every string, keys included."""
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, list):
+        return [map_strings(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {map_strings(k, fn): map_strings(v, fn) for k, v in value.items()}
+    return value

@@ -58,6 +58,7 @@ from rootproof.agent.models.base import (
     ToolCall,
     ToolResultMessage,
     UserMessage,
+    map_strings,
 )
 from rootproof.agent.models.compact import compact_schema, estimate_tokens
 from rootproof.boundary.safety import redact
@@ -703,13 +704,7 @@ class _Answer:
 
 def _unescaped(value: Any) -> Any:
     """`value` with every string HTML-unescaped (what the model copied from an escaped prompt)."""
-    if isinstance(value, str):
-        return html.unescape(value)
-    if isinstance(value, list):
-        return [_unescaped(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _unescaped(v) for k, v in value.items()}
-    return value
+    return map_strings(value, html.unescape)
 
 
 def extract_json_object(text: str) -> dict[str, Any] | None:
