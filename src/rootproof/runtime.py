@@ -266,9 +266,21 @@ class Runtime:
         with self._lock:
             self._check_open()
             model = self._models.get(choice)
-            if model is None:
-                model = self._models[choice] = self._build_model(choice)
+        if model is not None:
             return model
+        # Built outside the lock: with `auto` the probe of the server can take minutes on a slow
+        # local server, and the store, the pool and the other runs must not wait for it.
+        built = self._build_model(choice)
+        with self._lock:
+            model = self._models.setdefault(choice, built) if not self._closed else built
+            closed = self._closed
+        if model is not built or closed:
+            close = getattr(built, "close", None)
+            if callable(close):
+                close()
+            if closed:
+                self._check_open()
+        return model
 
     def _build_model(self, choice: str) -> Model:
         if choice == "offline":
@@ -296,10 +308,17 @@ class Runtime:
                     provider="auto",
                     quirks=self._probed_quirks(s.openai_base_url, key),
                     timeout_s=s.model_timeout_s,
+                    token_timeout_s=s.model_token_timeout_s,
                     max_retries=s.model_max_retries,
                 )
             return OpenAICompatModel(
-                base_url=s.openai_base_url, api_key=key, model=s.openai_model, provider=s.openai_provider, timeout_s=s.model_timeout_s, max_retries=s.model_max_retries
+                base_url=s.openai_base_url,
+                api_key=key,
+                model=s.openai_model,
+                provider=s.openai_provider,
+                timeout_s=s.model_timeout_s,
+                token_timeout_s=s.model_token_timeout_s,
+                max_retries=s.model_max_retries,
             )
         raise ConfigError(f"ROOTPROOF_MODEL: unknown model {choice!r} (expected offline or openai)")
 

@@ -305,3 +305,20 @@ def test_auto_against_a_dead_server_is_a_config_error_naming_the_url(tmp_path: P
     settings = load_settings(data_dir=tmp_path, model="openai", openai_base_url=url, openai_provider="auto", model_timeout_s=5)
     with Runtime.from_settings(settings) as runtime, pytest.raises(ConfigError, match=r"ROOTPROOF_OPENAI_BASE_URL: the server at .* is unreachable \(connection failed"):
         runtime.model()
+
+
+def test_a_server_that_dies_on_the_forced_draft_cannot_run_rootproof(fake_openai: FakeOpenAI, tmp_path: Path) -> None:  # noqa: F811
+    """The failure the forced-tool check exists for: a grammar the server cannot build kills it.
+    From the forced request on, every connection is dropped without an answer."""
+    dead = {"yes": False}
+
+    def dies_on_forcing(body: dict[str, Any]) -> Reply:
+        if isinstance(body.get("tool_choice"), dict) or dead["yes"]:
+            dead["yes"] = True
+            raise ConnectionAbortedError("the server process died")  # the handler drops the connection
+        return plain_like(body)
+
+    serve_like(fake_openai, dies_on_forcing)
+    p = rp("models", "check", home=tmp_path, **_env(fake_openai, ROOTPROOF_MODEL="offline"))
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("Error: ") and "went away when submit_draft was forced" in p.stderr

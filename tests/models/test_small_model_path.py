@@ -218,13 +218,13 @@ def test_streamed_usage_is_read_when_the_server_sends_it(fake_openai: FakeOpenAI
 
 
 def test_a_slow_prompt_within_the_first_token_timeout_is_fine(fake_openai: FakeOpenAI, models: list[OpenAICompatModel]) -> None:
-    """The timeout is on the first token, not the whole answer: 1.5 s of chunks after 0.6 s of prompt."""
-    slow = completion(content="a" * 70, prompt_tokens=5, completion_tokens=10)
-    fake_openai.script([Reply(body=slow.body, first_chunk_delay_s=0.6, chunk_delay_s=0.15)])
+    """The timeout is on the first token, not the whole answer: 2 s of chunks after 0.5 s of prompt."""
+    slow = completion(content="a" * 140, prompt_tokens=5, completion_tokens=10)
+    fake_openai.script([Reply(body=slow.body, first_chunk_delay_s=0.5, chunk_delay_s=0.1)])
     t0 = time.monotonic()
-    turn = make(fake_openai, models, provider="vllm", timeout_s=1.0, token_timeout_s=0.5).step(draft_request())
-    assert time.monotonic() - t0 > 1.0  # longer than timeout_s in all
-    assert turn.text == "a" * 70
+    turn = make(fake_openai, models, provider="vllm", timeout_s=1.5, token_timeout_s=0.6).step(draft_request())
+    assert time.monotonic() - t0 > 1.5  # longer than timeout_s in all
+    assert turn.text == "a" * 140
     assert turn.first_token_s is not None and turn.first_token_s >= 0.5
 
 
@@ -400,3 +400,106 @@ def test_a_stream_cut_short_every_time_is_model_unavailable(fake_openai: FakeOpe
     fake_openai.script([Reply(body="", headers={"Content-Type": "text/event-stream"})] * 2)
     with pytest.raises(ModelUnavailable, match="the stream ended before the answer was finished"):
         make(fake_openai, models, max_retries=1).step(draft_request())
+
+
+# -- a hostile model server (review findings) -----------------------------------------------------
+
+
+def _sse(*chunks: dict[str, Any], done: bool = True) -> Reply:
+    text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + ("data: [DONE]\n\n" if done else "")
+    return Reply(body=text, headers={"Content-Type": "text/event-stream"})
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        _sse(_chunk({"content": 5}), _chunk({}, "stop")),  # a number where text belongs
+        _sse(_chunk({"tool_calls": [{"index": [0], "function": {"name": "x", "arguments": "{}"}}]}), _chunk({}, "stop")),
+        _sse({"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": 5}),
+    ],
+    ids=["int-content", "list-index", "choices-int"],
+)
+def test_a_malformed_chunk_is_an_output_error_not_a_crash(fake_openai: FakeOpenAI, models: list[OpenAICompatModel], reply: Reply) -> None:
+    from rootproof.errors import ModelOutputError
+
+    fake_openai.script([reply])
+    with pytest.raises(ModelOutputError, match="not a chat completion"):
+        make(fake_openai, models, provider="vllm").step(draft_request())
+
+
+def test_an_endless_answer_is_cut_at_the_answer_cap(fake_openai: FakeOpenAI, models: list[OpenAICompatModel]) -> None:
+    from rootproof.agent.models.openai_compat import MAX_ANSWER_CHARS
+    from rootproof.errors import ModelOutputError
+
+    piece = "z" * 4096
+    fake_openai.script([_sse(*[_chunk({"content": piece})] * (MAX_ANSWER_CHARS // len(piece) + 8), _chunk({}, "stop"))])
+    with pytest.raises(ModelOutputError, match="longer than"):
+        make(fake_openai, models, provider="vllm").step(draft_request())
+
+
+def test_chunks_without_text_do_not_count_as_the_first_token(fake_openai: FakeOpenAI, models: list[OpenAICompatModel]) -> None:
+    """Chunks with no text are no answer: such a stream fails (here it ends without a
+    finish_reason) and is never taken for a reply. The reviewer's repro with an open connection
+    showed the first-token timeout firing on it (2.0 s against a 2 s timeout)."""
+    fake_openai.script([Reply(body=_sse(*[_chunk({"role": "assistant"})] * 40, done=False).body + ": keep-alive\n\n" * 10, headers={"Content-Type": "text/event-stream"}, delay_s=0.0)])
+    t0 = time.monotonic()
+    with pytest.raises(ModelUnavailable):
+        make(fake_openai, models, provider="vllm", timeout_s=0.5).step(draft_request())
+    assert time.monotonic() - t0 < 3
+
+
+@pytest.mark.parametrize("status", [429, 401, 503])
+def test_a_forced_draft_refused_for_other_reasons_is_not_asked_as_json_text(fake_openai: FakeOpenAI, models: list[OpenAICompatModel], status: int) -> None:
+    fake_openai.script([error(status, "no")] * 3)
+    model = make(fake_openai, models)
+    with pytest.raises(ModelUnavailable):
+        model.step(draft_request())
+    assert all(isinstance(r.get("tool_choice"), dict) for r in fake_openai.requests)
+    fake_openai.script([completion(tool_calls=[{"id": "c", "name": "submit_draft", "arguments": json.dumps(GOOD_DRAFT)}])])
+    assert model.step(draft_request()).draft == GOOD_DRAFT  # and the next draft is still forced
+    assert isinstance(fake_openai.requests[-1].get("tool_choice"), dict)
+
+
+def test_a_rejected_forced_request_falls_back_for_this_turn_only(fake_openai: FakeOpenAI, models: list[OpenAICompatModel]) -> None:
+    fake_openai.script([error(400, "maximum context length exceeded"), completion(content=json.dumps(GOOD_DRAFT)), completion(content="ok")])
+    model = make(fake_openai, models)
+    assert model.step(draft_request()).draft == GOOD_DRAFT
+    model.step(draft_request())
+    assert isinstance(fake_openai.requests[-1].get("tool_choice"), dict)  # forcing is tried again
+
+
+def test_only_a_templates_escapes_are_undone() -> None:
+    from rootproof.agent.models.openai_compat import _unescaped
+
+    assert _unescaped({"q": "a &quot;b&quot; &lt;c&gt; &#39;d&#39; &amp;amp;"}) == {"q": "a \"b\" <c> 'd' &amp;"}
+    assert _unescaped("?id=7&not_before=2&copy=1") == "?id=7&not_before=2&copy=1"
+
+
+def test_the_runtime_gives_the_model_client_both_timeouts(tmp_path: Path) -> None:
+    from rootproof.runtime import Runtime
+
+    settings = load_settings(data_dir=tmp_path, model="openai", openai_base_url="http://127.0.0.1:9/v1", openai_provider="llamacpp", model_timeout_s=77, model_token_timeout_s=5)
+    with Runtime.from_settings(settings) as rt:
+        model = rt.model()
+        assert isinstance(model, OpenAICompatModel)
+        assert (model.timeout_s, model.token_timeout_s) == (77, 5)
+
+
+def test_a_cancelled_run_ends_its_stream_at_once(fake_openai: FakeOpenAI, models: list[OpenAICompatModel]) -> None:
+    slow = completion(content="w" * 200)
+    fake_openai.script([Reply(body=slow.body, chunk_delay_s=0.2)])
+    flag = {"cancelled": False}
+    t0 = time.monotonic()
+
+    def cancel_soon() -> bool:
+        if time.monotonic() - t0 > 0.5:
+            flag["cancelled"] = True
+        return flag["cancelled"]
+
+    with pytest.raises(ModelUnavailable, match="cancelled"):
+        make(fake_openai, models, provider="vllm", timeout_s=10, token_timeout_s=10, max_retries=3).step(draft_request(cancelled=cancel_soon))
+    assert time.monotonic() - t0 < 2.0 and len(fake_openai.requests) == 1

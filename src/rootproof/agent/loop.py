@@ -152,7 +152,7 @@ def refusal_note(outcomes: list[Any], uncalled: list[str] | None = None) -> str:
     parts = []
     for o in outcomes:
         inv = o.invocation
-        parts.append(f"{inv.tool_name} was refused ({inv.refusal_code or inv.status}: {inv.message or 'no reason given'})")
+        parts.append(f"{inv.tool_name[:64]} was refused ({inv.refusal_code or inv.status}: {(inv.message or 'no reason given')[:300]})")
     others = f" Tools not called yet: {', '.join(uncalled)}." if uncalled else ""
     return (
         "None of your calls of this step ran: " + "; ".join(parts) + ". Do not repeat a refused call. "
@@ -265,6 +265,7 @@ def _without_surrogates(turn: ModelTurn) -> ModelTurn:
         text=_plain(turn.text),
         reasoning=_plain(turn.reasoning),
         draft=_plain(turn.draft),
+        note=_plain(turn.note),
         tool_calls=[dataclasses.replace(c, id=_plain(c.id), name=_plain(c.name), arguments=_plain(c.arguments)) for c in turn.tool_calls],
     )
 
@@ -341,6 +342,7 @@ def run_agent(
             mode="draft" if draft_mode else "gather",
             time_left=ctx.time_left,
             step_index=step,
+            cancelled=lambda: ctx.cancellation.cancelled,
         )
         t0 = time.monotonic()
         try:

@@ -114,6 +114,8 @@ class ModelRequest:
     max_output_tokens: int | None = None
     """Cap for the answer, when the provider supports one."""
     step_index: int = 0
+    cancelled: Callable[[], bool] = lambda: False
+    """True once the run is cancelled: a streamed answer is then abandoned at once."""
 
 
 @dataclass(kw_only=True)

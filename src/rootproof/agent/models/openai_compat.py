@@ -35,11 +35,17 @@ import socket
 import threading
 import time
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+
+try:
+    import httpx2  # the HTTP client of openai >= 3 (a fork of httpx): its errors surface mid-stream
+except ImportError:  # pragma: no cover - older SDKs use httpx itself
+    httpx2 = httpx  # type: ignore[no-redef,misc]
 
 try:
     import openai
@@ -278,9 +284,11 @@ class OpenAICompatModel:
         try:
             answer = self._send(body, request)
         except ModelUnavailable as exc:
-            if not forced or exc.status is None or request.time_left() <= 0:
+            if not forced or exc.status not in _FORCING_FAILED or request.time_left() <= 0:
                 raise
-            self._forcing_failed = True
+            # A server failing to force the tool (a grammar it cannot build) fails it every time;
+            # a rejected request (400, 422) may be about this prompt only.
+            self._forcing_failed = exc.status >= 500
             note = self._clean(f"the forced {DRAFT_TOOL_NAME} request failed at the server ({exc}); the draft was asked for as JSON text")
             log.warning("model %s: %s", self.name, note)
             answer = self._send(self.build_request(request, as_json=True), request)
@@ -398,6 +406,8 @@ class OpenAICompatModel:
         last = "no attempt"
         last_status: int | None = None
         for attempt in range(self.max_retries + 1):
+            if request.cancelled():  # the caller has gone: no further attempt
+                raise ModelUnavailable(f"{self._where}: the run was cancelled", status=last_status)
             left = request.time_left()
             if left <= 0:
                 # The caller sees its own deadline passed (time_left <= 0) and reports that, not this.
@@ -417,6 +427,8 @@ class OpenAICompatModel:
                 failure = _Retryable(str(exc))
             except ValueError as exc:  # a JSON content type with a body that is not JSON
                 raise ModelOutputError(f"{self._where}: the response is not valid JSON ({exc})") from None
+            except (TypeError, AttributeError, KeyError, IndexError) as exc:  # fields of the wrong type or shape
+                raise ModelOutputError(self._clean(f"{self._where}: the answer is not a chat completion ({type(exc).__name__}: {exc})")) from None
             except RecursionError:
                 raise ModelOutputError(f"{self._where}: the response is nested too deeply") from None
             last, last_status = failure.status, failure.http_status
@@ -439,35 +451,35 @@ class OpenAICompatModel:
         )
 
     def _stream(self, body: dict[str, Any], request: ModelRequest, left: float) -> _Answer:
-        """One streamed attempt: the first chunk must come within `timeout_s`, each next one within
-        `token_timeout_s`, all within the run's time left; a watchdog shuts the connection down
-        when one does not (a blocked read is not woken by closing the response)."""
+        """One streamed attempt: the first token must come within `timeout_s`, each next one within
+        `token_timeout_s`, all within the run's time left and while the run is not cancelled; a
+        watchdog shuts the connection down when one does not (a blocked read is not woken by
+        closing the response). An answer over `MAX_ANSWER_CHARS` is refused."""
         t0 = time.monotonic()
         first_by = t0 + min(self.timeout_s, left)
         end_by = t0 + left
         # The watchdog below enforces the deadlines; the HTTP read timeout is only a backstop
         # behind it (and the wait for the response headers, which some servers send late).
         backstop = min(max(self.timeout_s, self.token_timeout_s), left) + _BACKSTOP_S
+        no_first = f"no first token within {self.timeout_s:g} s (ROOTPROOF_MODEL_TIMEOUT_S)"
         try:
             stream = self._client.chat.completions.create(**body, timeout=backstop)
         except openai.APITimeoutError:
-            raise _StreamStalled(f"no first token within {self.timeout_s:g} s (ROOTPROOF_MODEL_TIMEOUT_S)") from None
+            raise _StreamStalled(no_first) from None
         if time.monotonic() >= first_by:  # the headers alone came after the first token's deadline
             _shut(stream)
-            raise _StreamStalled(f"no first token within {self.timeout_s:g} s (ROOTPROOF_MODEL_TIMEOUT_S)")
-        if "text/event-stream" not in stream.response.headers.get("content-type", ""):
-            # A server that ignores `stream: true` answers one whole completion (or an error page).
-            return _Answer.of(_whole(stream), self._where)
-        answer = _Answer()
-        state = {"last": t0, "first": None, "stalled": ""}
+            raise _StreamStalled(no_first)
+        state: dict[str, Any] = {"last": t0, "first": None, "stalled": ""}
         done = threading.Event()
 
         def watch() -> None:
             while not done.wait(_WATCH_POLL_S):
                 now = time.monotonic()
-                if state["first"] is None and now >= first_by:
-                    state["stalled"] = f"no first token within {self.timeout_s:g} s (ROOTPROOF_MODEL_TIMEOUT_S)"
-                elif state["first"] is not None and now - float(state["last"]) >= self.token_timeout_s:  # type: ignore[arg-type]
+                if request.cancelled():
+                    state["stalled"] = "the run was cancelled"
+                elif state["first"] is None and now >= first_by:
+                    state["stalled"] = no_first
+                elif state["first"] is not None and now - state["last"] >= self.token_timeout_s:
                     state["stalled"] = f"no token for {self.token_timeout_s:g} s after the answer began (ROOTPROOF_MODEL_TOKEN_TIMEOUT_S)"
                 elif now >= end_by:
                     state["stalled"] = "the run's deadline passed while the answer was streaming"
@@ -475,31 +487,49 @@ class OpenAICompatModel:
                     _shut(stream)
                     return
 
-        watchdog = threading.Thread(target=watch, name="model-stream-watchdog", daemon=True)
-        watchdog.start()
+        def progressed() -> None:
+            now = time.monotonic()
+            if state["first"] is None:
+                state["first"] = now - t0
+            state["last"] = now
+
+        threading.Thread(target=watch, name="model-stream-watchdog", daemon=True).start()
+        answer = _Answer()
         try:
+            if "text/event-stream" not in stream.response.headers.get("content-type", ""):
+                # A server that ignores `stream: true` answers one whole completion (or an error page).
+                try:
+                    body_json = _whole(stream, progressed)
+                except ModelOutputError as exc:
+                    raise ModelOutputError(f"{self._where}: {exc}") from None
+                whole = _Answer.of(body_json, self._where)
+                whole.first_token_s = state["first"]
+                return whole
             for chunk in stream:
-                now = time.monotonic()
-                if state["first"] is None:
-                    state["first"] = now - t0
-                state["last"] = now
-                answer.add(chunk)
-        except (openai.OpenAIError, httpx.HTTPError, OSError, ValueError) as exc:
+                if answer.add(chunk):  # only chunks that carry text count as tokens
+                    progressed()
+                if answer.size > MAX_ANSWER_CHARS:
+                    _shut(stream)
+                    raise ModelOutputError(f"{self._where}: the answer is longer than {MAX_ANSWER_CHARS} characters")
+        except (openai.OpenAIError, httpx.HTTPError, httpx2.HTTPError, OSError, ValueError) as exc:
             if state["stalled"]:
-                raise _StreamStalled(str(state["stalled"])) from None
-            if isinstance(exc, openai.APIStatusError):  # an error event in the stream
+                raise _StreamStalled(state["stalled"]) from None
+            if isinstance(exc, openai.APIStatusError):
                 raise
+            if type(exc) is openai.APIError:  # an error event inside the stream: the server failed this request
+                raise ModelUnavailable(self._clean(f"{self._where}: the server failed the streamed answer: {exc}"), status=500) from None
             raise _StreamStalled(f"the stream broke off ({type(exc).__name__}: {exc})") from None
         finally:
             done.set()
             stream.close()
         if state["stalled"]:
-            raise _StreamStalled(str(state["stalled"]))
+            raise _StreamStalled(state["stalled"])
+        answer.finish()
         if answer.finish_reason is None and answer.usage is None:
             # No `finish_reason`: the server cut the answer short (llama-cpp-python ends a stream
             # when another request arrives, or when it fails after the headers): retry it.
             raise _StreamStalled(f"the stream ended before the answer was finished ({answer.chunks} chunk(s), no finish_reason)")
-        answer.first_token_s = state["first"]  # type: ignore[assignment]
+        answer.first_token_s = state["first"]
         if answer.usage is None:
             prompt = json.dumps([body.get("messages"), body.get("tools")], ensure_ascii=False)
             answer.usage = TokenUsage(input_tokens=estimate_tokens(prompt), output_tokens=answer.chunks, estimated=True)
@@ -571,6 +601,12 @@ class OpenAICompatModel:
         )
 
 
+MAX_ANSWER_CHARS = 512 * 1024
+"""Longest answer accepted (text, tool arguments and reasoning together); a draft is at most 64 KiB."""
+_FORCING_FAILED = frozenset({400, 422, 500, 501})
+"""Statuses of a forced `submit_draft` request that mean the server cannot force it (a grammar
+it cannot build, an unsupported `tool_choice`): the draft is then asked for as JSON text.
+Rate limits, authentication, overload and gateway errors are not that."""
 _BACKSTOP_S = 0.25
 """Seconds the HTTP read timeout of a streamed request runs after the watchdog's deadline."""
 _WATCH_POLL_S = 0.05
@@ -594,15 +630,23 @@ def _described_once(schema: dict[str, Any], seen: set[tuple[str, str]]) -> dict[
     return {**schema, "properties": out}
 
 
-def _whole(stream: Any) -> Any:
-    """The body of a non-SSE answer to a streamed request, as attribute objects."""
-    raw = stream.response.read()
-    stream.close()
+def _whole(stream: Any, progressed: Callable[[], None]) -> Any:
+    """The body of a non-SSE answer to a streamed request, as attribute objects (read in pieces
+    under the stream's watchdog, at most `MAX_ANSWER_CHARS` bytes)."""
+    parts: list[bytes] = []
+    size = 0
+    for piece in stream.response.iter_bytes():
+        progressed()
+        size += len(piece)
+        if size > MAX_ANSWER_CHARS:
+            raise ModelOutputError(f"the answer is longer than {MAX_ANSWER_CHARS} bytes")
+        parts.append(piece)
+    raw = b"".join(parts)
     try:
         return json.loads(raw, object_hook=lambda d: types.SimpleNamespace(**d))
     except (ValueError, RecursionError):
         if "json" in stream.response.headers.get("content-type", ""):
-            raise ValueError("the body is not JSON") from None
+            raise ModelOutputError("the response is not valid JSON") from None
         return raw.decode("utf-8", "replace")  # an error page: "no choices", with its start
 
 
@@ -635,7 +679,10 @@ class _Answer:
         self.usage: TokenUsage | None = None
         self.first_token_s: float | None = None
         self.chunks = 0
+        self.size = 0
+        """Characters received so far (text, tool arguments and reasoning)."""
         self.finish_reason: str | None = None
+        self._pieces: dict[str, list[str]] = {}
         self._parts: dict[int, dict[str, Any]] = {}
 
     @classmethod
@@ -655,7 +702,10 @@ class _Answer:
             fn = getattr(raw, "function", None)
             if fn is None:  # custom (non-function) tool calls are not ours
                 continue
-            out.tool_calls.append((getattr(raw, "id", None), fn.name, getattr(fn, "arguments", None)))
+            name = getattr(fn, "name", None)
+            if not isinstance(name, str):
+                raise ModelOutputError(f"{where}: a tool call has no function name")
+            out.tool_calls.append((getattr(raw, "id", None), name, getattr(fn, "arguments", None)))
         usage = getattr(response, "usage", None)
         out.usage = TokenUsage(
             input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
@@ -663,14 +713,16 @@ class _Answer:
         )
         return out
 
-    def add(self, chunk: Any) -> None:
-        """Fold one stream chunk in."""
+    def add(self, chunk: Any) -> bool:
+        """Fold one stream chunk in; True when it carried text (content, arguments, reasoning).
+        Pieces are kept in lists (`finish` joins them): a long answer costs linear time."""
         usage = getattr(chunk, "usage", None)
         if usage is not None:
             self.usage = TokenUsage(
                 input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
                 output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
             )
+        any_grew = False
         for choice in getattr(chunk, "choices", None) or []:
             if getattr(choice, "index", 0) != 0:
                 continue
@@ -680,31 +732,48 @@ class _Answer:
             if delta is None:
                 continue
             grew = False
-            if content := getattr(delta, "content", None):
-                self.text = (self.text or "") + content
-                grew = True
-            if refusal := getattr(delta, "refusal", None):
-                self.refusal = (self.refusal or "") + refusal
-            if reasoning := _reasoning(delta):
-                self.reasoning = (self.reasoning or "") + reasoning
-                grew = True
+            for key, piece in (("text", getattr(delta, "content", None)), ("refusal", getattr(delta, "refusal", None)), ("reasoning", _reasoning(delta))):
+                if piece:
+                    self._pieces.setdefault(key, []).append(_text(piece))
+                    self.size += len(piece)
+                    grew = grew or key != "refusal"
             for call in getattr(delta, "tool_calls", None) or []:
-                part = self._parts.setdefault(int(getattr(call, "index", 0) or 0), {"id": None, "name": "", "arguments": ""})
+                part = self._parts.setdefault(int(getattr(call, "index", 0) or 0), {"id": None, "name": "", "arguments": []})
                 part["id"] = part["id"] or getattr(call, "id", None)
                 fn = getattr(call, "function", None)
                 if fn is not None:
                     if getattr(fn, "name", None) and not part["name"]:
-                        part["name"] = fn.name
-                    if getattr(fn, "arguments", None):
-                        part["arguments"] += fn.arguments
+                        part["name"] = _text(fn.name)
+                    if arguments := getattr(fn, "arguments", None):
+                        part["arguments"].append(_text(arguments))
+                        self.size += len(arguments)
                         grew = True
             self.chunks += grew
-        self.tool_calls = [(p["id"], p["name"], p["arguments"]) for _, p in sorted(self._parts.items()) if p["name"]]
+            any_grew = any_grew or grew
+        return any_grew
+
+    def finish(self) -> None:
+        """Join the streamed pieces into `text`, `refusal`, `reasoning` and `tool_calls`."""
+        for key, pieces in self._pieces.items():
+            setattr(self, key, "".join(pieces))
+        self.tool_calls = [(p["id"], p["name"], "".join(p["arguments"])) for _, p in sorted(self._parts.items()) if p["name"]]
+
+
+def _text(value: Any) -> str:
+    """A streamed piece that must be text; a server sending a number or an object there is not a chat server."""
+    if not isinstance(value, str):
+        raise TypeError(f"a streamed text field holds a {type(value).__name__}")
+    return value
+
+
+_ESCAPES = re.compile(r"&(?:quot|#34|#x22|apos|#39|#x27|lt|gt|amp);")
 
 
 def _unescaped(value: Any) -> Any:
-    """`value` with every string HTML-unescaped (what the model copied from an escaped prompt)."""
-    return map_strings(value, html.unescape)
+    """`value` with the escapes an HTML-escaping template writes (`&quot;`, `&#39;`, `&lt;`,
+    `&gt;`, `&amp;`) turned back: what the model copied from an escaped prompt. Other `&…`
+    text the model wrote itself (`?a=1&copy=2`) is left as it is."""
+    return map_strings(value, lambda text: _ESCAPES.sub(lambda m: html.unescape(m.group()), text))
 
 
 def extract_json_object(text: str) -> dict[str, Any] | None:

@@ -449,7 +449,9 @@ def _check_forced(p: _Prober) -> bool:
         return True
     failure = answer.failure() if not answer.ok else f"a grammar error: {p.clean(content)}"
     if answer.status is None and failure.startswith("connection failed"):
-        p.add("forced_tool", "not measured", f"the server went away: {failure}", elapsed_s=answer.elapsed_s, quirk="forced_tool_choice")
+        # The failure this check exists for: a grammar the server cannot build can kill it.
+        p.add("forced_tool", "failed", f"the server went away when {DRAFT_TOOL_NAME} was forced: {failure}",
+              elapsed_s=answer.elapsed_s, quirk="forced_tool_choice", value=False)
         return False
     p.add("forced_tool", "quirk", f"forcing {DRAFT_TOOL_NAME} failed ({failure}); the draft is asked for as JSON text",
           elapsed_s=answer.elapsed_s, quirk="forced_tool_choice", value=False)
@@ -627,6 +629,9 @@ def _verdict(p: _Prober, reachable: bool) -> tuple[bool, str]:
     tools = by_name.get("tools_auto")
     if tools is None or tools.status == "failed":
         return False, tools.detail if tools else "no tool-call request was tried"
+    forced = by_name.get("forced_tool")
+    if forced is not None and forced.status == "failed":
+        return False, forced.detail
     if p.measured.get("forced_tool_choice") is False:
         return True, "chat completions and tool calls work; forced tools do not, so the draft is asked for as JSON text"
     return True, "chat completions, tool calls and the forced draft tool work"
