@@ -364,6 +364,10 @@ def test_a_run_that_repeats_itself_is_told_plainly_then_drafts_as_json_text_afte
     assert "Tools not called yet: lookup_knowledge" in note and "inspect_postgres" in note
     # Two stalled steps end gathering: the draft is forced, the server fails it, JSON text follows.
     assert forced["tool_choice"] == {"type": "function", "function": {"name": "submit_draft"}} and forced["stream"] is True
+    # The draft request starts as the gather requests did (same tools, same earlier messages):
+    # a server's prompt cache then processes only the new messages.
+    assert forced["tools"] == first["tools"]
+    assert forced["messages"][: len(third["messages"])] == third["messages"]
     assert "tools" not in as_json
     # The draft request says what may be cited: the one call that ran, with its ref paths.
     ran = [i for i in store.trace(out.run_id)["invocations"] if i["status"] == "READY"]  # type: ignore[index]

@@ -338,6 +338,7 @@ def run_agent(
         request = ModelRequest(
             messages=list(messages),
             tools=[] if draft_mode else tools,
+            listed_tools=tools,
             draft_schema=schema,
             mode="draft" if draft_mode else "gather",
             time_left=ctx.time_left,

@@ -105,6 +105,10 @@ class ModelRequest:
     messages: list[Message]
     tools: list[ToolSpec]
     """Tools offered this step; empty on the final no-tools step."""
+    listed_tools: list[ToolSpec] = field(default_factory=list)
+    """The run's tools, listed (not callable) beside the forced draft tool on the draft step, so
+    that the prompt begins as on the gather steps: a server's prompt cache (llama.cpp) then
+    processes only what is new instead of the whole conversation again."""
     draft_schema: dict[str, Any]
     """JSON schema of `DiagnosisDraft` (offered as the `submit_draft` tool or asked for as JSON)."""
     mode: Literal["gather", "draft"] = "gather"

@@ -316,9 +316,12 @@ class OpenAICompatModel:
             messages.append({"role": "user", "content": DRAFT_AS_JSON_PROMPT.format(schema=schema)})
         else:
             seen: set[tuple[str, str]] = set()
+            # The forced draft step lists the run's tools too (it cannot call them): its prompt
+            # then starts as the gather steps' did, and a prompt cache is reused.
+            offered = request.tools or (request.listed_tools if request.mode == "draft" else [])
             tools = [
                 self._function(t.name, t.description, _described_once(compact_schema(t.parameters), seen))
-                for t in request.tools
+                for t in offered
                 if t.name != DRAFT_TOOL_NAME
             ]
             tools.append(self._function(DRAFT_TOOL_NAME, DRAFT_TOOL_DESCRIPTION, request.draft_schema))
