@@ -177,6 +177,7 @@ class RunDriver:
             sink=h.sink,
             taxonomy=h.taxonomy(),
             prompt_token_budget=h.settings.prompt_token_budget,
+            max_output_tokens=h.settings.model_max_output_tokens,
             on_step=plan.on_model_step,
         )
         self.out.loop_end = loop.end

@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     server processes the whole prompt first); without, the whole answer."""
     model_token_timeout_s: float = Field(default=30.0, gt=0)
     """Streaming: the longest gap between two chunks of an answer once it has begun, seconds."""
+    model_max_output_tokens: int | None = Field(default=None, ge=64, le=1_000_000)
+    """Cap on each agent model answer, tokens (sent as the provider's `max_tokens`); default none.
+    A small local model can loop inside a constrained draft until its context is full: ~3000."""
     prompt_token_budget: int = Field(default=6000, ge=1000, le=1_000_000)
     """Tokens (estimated) a model step's prompt may take: older observations are shortened to fit,
     newest kept whole. Small local models want 3000-6000; hosted models can take far more."""

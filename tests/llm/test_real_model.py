@@ -57,10 +57,11 @@ DEADLINE_S = 1500
 """A run's deadline: a 1.5B model on 2 cores takes minutes per step."""
 MODEL_TIMEOUT_S = 600
 SMALL_MODEL = {
-    "ROOTPROOF_MODEL_TOKEN_TIMEOUT_S": "120",  # a busy 2-core machine: seconds between tokens
     "ROOTPROOF_PROMPT_TOKEN_BUDGET": "4000",  # prompt processing runs at ~20 tokens/s here
     "ROOTPROOF_OBSERVATION_BYTES": "2048",
     "ROOTPROOF_MAX_MODEL_CALLS": "6",
+    "ROOTPROOF_MODEL_MAX_OUTPUT_TOKENS": "3000",  # a draft looping in its grammar ends here
+    "ROOTPROOF_MODEL_TOKEN_TIMEOUT_S": "120",
 }
 """Settings for a 1.5B model on 2 cores (docs/models.md "Small local models")."""
 DRAFT_SHARE = 5 / 6

@@ -296,6 +296,7 @@ def run_agent(
     taxonomy: Taxonomy | None = None,
     prompt_token_budget: int = DEFAULT_PROMPT_TOKEN_BUDGET,
     on_step: Callable[[ModelStepInfo], None] | None = None,
+    max_output_tokens: int | None = None,
 ) -> LoopResult:
     """Drive the model until it submits a draft or the run must stop.
 
@@ -304,7 +305,8 @@ def run_agent(
     returns is validated against the full `DiagnosisDraft`. Before each step of a context-limited
     model (a language model) older tool results are shortened until the estimated prompt fits
     `prompt_token_budget`. `on_step` hears what
-    each model step cost (progress lines).
+    each model step cost (progress lines). `max_output_tokens` caps each answer (a draft cut
+    short does not parse: the repair turn, then NO_DRAFT).
     """
     messages: list[Message] = [SystemMessage(content=system_prompt), UserMessage(content=user_prompt)]
     steps = model if isinstance(model, CancellableModel) else CancellableModel(model, ctx.cancellation)
@@ -339,6 +341,7 @@ def run_agent(
             messages=list(messages),
             tools=[] if draft_mode else tools,
             listed_tools=tools,
+            max_output_tokens=max_output_tokens,
             draft_schema=schema,
             mode="draft" if draft_mode else "gather",
             time_left=ctx.time_left,
