@@ -331,7 +331,7 @@ def test_a_run_that_repeats_itself_is_told_plainly_then_drafts_as_json_text_afte
     from rootproof.store import SqlTraceStore
 
     store = SqlTraceStore(f"sqlite:///{tmp_path / 'trace.db'}")
-    settings = load_settings(data_dir=tmp_path / "home", deadline_s=60)
+    settings = load_settings(data_dir=tmp_path / "home", deadline_s=60, model_max_output_tokens=3000)
     h = Harness(Runtime.from_settings(settings, sink=store))
     model = OpenAICompatModel(base_url=fake_openai.base_url, api_key=None, model="local", provider="llamacpp", backoff_s=0.01, max_retries=0)
     same = {"id": "", "name": "query_logs", "arguments": '{"query": "\\"still waiting for ShareLock\\""}'}
@@ -356,6 +356,7 @@ def test_a_run_that_repeats_itself_is_told_plainly_then_drafts_as_json_text_afte
     assert (out.status, out.release_outcome) == ("SUCCESS", "PUBLISHED"), out.evidence and out.evidence.codes
     _router, first, second, third, forced, as_json = fake_openai.requests
     assert first["tool_choice"] == "auto" and "stream" not in first
+    assert first["max_tokens"] == forced["max_tokens"] == 3000  # ROOTPROOF_MODEL_MAX_OUTPUT_TOKENS
     # After the duplicate: what was refused, why, and what to do instead, in plain words.
     assert "None of your calls of this step ran" not in json.dumps(second)  # the first call ran
     note = third["messages"][-1]["content"]
