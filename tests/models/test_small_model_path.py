@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from rootproof.agent.draft import draft_json_schema, parse_draft
+from rootproof.agent.draft import MAX_CITATIONS_PER_CLAIM, MAX_CLAIMS, draft_json_schema, parse_draft
 from rootproof.agent.loop import fit_prompt_budget
 from rootproof.agent.models.base import (
     ModelRequest,
@@ -55,6 +55,20 @@ def _depth(node: Any, seen: int = 0) -> int:
     return seen
 
 
+def _arrays(node: Any) -> list[dict[str, Any]]:
+    """Every array schema in `node`, outermost first."""
+    found: list[dict[str, Any]] = []
+    if isinstance(node, dict):
+        if node.get("type") == "array":
+            found.append(node)
+        for v in node.values():
+            found += _arrays(v)
+    elif isinstance(node, list):
+        for v in node:
+            found += _arrays(v)
+    return found
+
+
 def make(fake: FakeOpenAI, made: list[OpenAICompatModel], provider: Provider = "llamacpp", **kw: Any) -> OpenAICompatModel:
     kw.setdefault("backoff_s", 0.01)
     kw.setdefault("timeout_s", 5.0)
@@ -95,9 +109,14 @@ GOOD_DRAFT = {
 # -- the compact draft schema ---------------------------------------------------------------------
 
 
-def test_the_compact_draft_schema_has_no_bounds_keeps_the_enums_and_is_shallow() -> None:
+def test_the_compact_draft_schema_bounds_only_its_arrays_keeps_the_enums_and_is_shallow() -> None:
     schema = compact_draft_schema()
-    assert not _keys(schema) & set(BOUNDS)
+    # No string or number bounds; every array is closed after a few items (a small model loops).
+    assert not _keys(schema) & (set(BOUNDS) - {"maxItems"})
+    arrays = _arrays(schema)
+    assert arrays and all(0 < a.get("maxItems", 0) <= 8 for a in arrays)
+    assert schema["properties"]["claims"]["maxItems"] <= MAX_CLAIMS
+    assert schema["$defs"] and _arrays(schema["properties"]["claims"]["items"])[0]["maxItems"] <= MAX_CITATIONS_PER_CLAIM
     assert _depth(schema) <= 3
     # The taxonomy enums are kept, each written once.
     assert "row_lock_contention" in schema["$defs"]["mechanism"]["enum"]
@@ -127,7 +146,8 @@ def test_tool_schemas_are_sent_compact_and_llamacpp_gets_descriptions_in_the_par
     assert "stream" not in body  # llama-cpp-python cannot stream a tool_choice auto step
     sent = {t["function"]["name"]: t["function"] for t in body["tools"]}
     assert set(sent) == {*TOOLS, "submit_draft"}
-    assert not _keys([f["parameters"] for f in sent.values()]) & set(BOUNDS)
+    assert not _keys([f["parameters"] for n, f in sent.items() if n != "submit_draft"]) & set(BOUNDS)
+    assert not _keys(sent["submit_draft"]["parameters"]) & (set(BOUNDS) - {"maxItems"})
     # Its template shows parameters only: what the tool does goes there too.
     assert sent["inspect_postgres"]["parameters"]["description"] == TOOLS["inspect_postgres"].description
     assert sent["submit_draft"]["parameters"]["properties"]["root_cause"]

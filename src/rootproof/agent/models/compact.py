@@ -4,7 +4,8 @@ Servers that turn a tool's JSON schema into a decoding grammar (llama.cpp, vLLM 
 Ollama) expand every `maxLength`/`maxItems` bound into repeated grammar rules: the full
 `DiagnosisDraft` schema (6.3 KB of bounds) fails llama.cpp's grammar conversion and can take the
 server down. A compact schema keeps the structure and the enums and drops the bounds, titles,
-defaults and long descriptions; the caps still hold because the parsed answer is validated
+defaults and long descriptions (the draft schema puts back a few small array bounds, which the
+converter takes and which end a small model's loops); the full caps still hold because the parsed answer is validated
 against the full pydantic model afterwards (a violation is the repair turn, then NO_DRAFT).
 
 `estimate_tokens` is a deliberately conservative byte-based estimate (measured against the
@@ -20,7 +21,7 @@ from typing import Any
 
 from rootproof.taxonomy import BUILTIN_TAXONOMY, Taxonomy
 
-__all__ = ["BYTES_PER_TOKEN", "compact_draft_schema", "compact_schema", "estimate_tokens"]
+__all__ = ["BYTES_PER_TOKEN", "DRAFT_ARRAY_BOUNDS", "compact_draft_schema", "compact_schema", "estimate_tokens"]
 
 BYTES_PER_TOKEN = 3.2
 """Bytes per token assumed by `estimate_tokens` (the low end measured, so estimates run high)."""
@@ -115,15 +116,36 @@ def _str(description: str = "") -> dict[str, Any]:
     return {"type": "string", "description": description} if description else {"type": "string"}
 
 
-def _strings() -> dict[str, Any]:
-    return {"type": "array", "items": {"type": "string"}}
+def _strings(most: int) -> dict[str, Any]:
+    return {"type": "array", "items": {"type": "string"}, "maxItems": most}
+
+
+def _array(items: dict[str, Any], most: int) -> dict[str, Any]:
+    return {"type": "array", "items": items, "maxItems": most}
+
+
+DRAFT_ARRAY_BOUNDS: dict[str, int] = {
+    "claims": 8,
+    "citations": 4,
+    "claim_ids": 6,
+    "hypotheses": 6,
+    "recovery": 4,
+    "limitations": 5,
+    "next_steps": 5,
+}
+"""`maxItems` of each array the compact draft schema offers: a short draft, within the full
+`DiagnosisDraft` caps. Measured with the 1.5B local model: with unbounded arrays it wrote claims
+in a loop until the answer cap (2 of 6 runs ended NO_DRAFT); a grammar that closes each array
+after a few items ends the loop. llama.cpp's converter takes these few array bounds (what it
+refuses is the full schema's many `maxLength` bounds)."""
 
 
 def compact_draft_schema(taxonomy: Taxonomy | None = None) -> dict[str, Any]:
     """The `submit_draft` schema a model is offered: `DiagnosisDraft`'s fields in the order a
     model should write them (evidence before conclusions), its label enums from `taxonomy`
-    (default: built-in, each enum written once under `$defs`), no bounds and at most three
-    levels of nesting. What the model returns
+    (default: built-in, each enum written once under `$defs`), no string bounds and at most three
+    levels of nesting; its arrays are bounded (`DRAFT_ARRAY_BOUNDS`), its strings are not. What
+    the model returns
     is validated against the full `DiagnosisDraft` (`parse_draft`), caps included; `plan` is
     left out (it defaults to empty)."""
     tax = taxonomy or BUILTIN_TAXONOMY
@@ -154,7 +176,7 @@ def compact_draft_schema(taxonomy: Taxonomy | None = None) -> dict[str, Any]:
             "id": _str(),
             "text": _str(),
             "kind": {"type": "string", "enum": ["finding", "root_cause", "negative_observation"]},
-            "citations": {"type": "array", "items": citation},
+            "citations": _array(citation, DRAFT_ARRAY_BOUNDS["citations"]),
         },
         "required": ["id", "text", "kind", "citations"],
     }
@@ -165,7 +187,7 @@ def compact_draft_schema(taxonomy: Taxonomy | None = None) -> dict[str, Any]:
             "component": enum("component"),
             "mechanism": enum("mechanism"),
             "status": {"type": "string", "enum": ["confirmed", "ruled_out", "open"]},
-            "claim_ids": _strings(),
+            "claim_ids": _strings(DRAFT_ARRAY_BOUNDS["claim_ids"]),
         },
         "required": ["statement", "component", "mechanism", "status", "claim_ids"],
     }
@@ -177,7 +199,7 @@ def compact_draft_schema(taxonomy: Taxonomy | None = None) -> dict[str, Any]:
                     "component": enum("component"),
                     "mechanism": enum("mechanism"),
                     "culprit": _str("session, pid, host, query or config line"),
-                    "claim_ids": _strings(),
+                    "claim_ids": _strings(DRAFT_ARRAY_BOUNDS["claim_ids"]),
                 },
                 "required": ["component", "mechanism", "culprit", "claim_ids"],
             },
@@ -201,12 +223,12 @@ def compact_draft_schema(taxonomy: Taxonomy | None = None) -> dict[str, Any]:
         "$defs": defs,
         "properties": {
             "summary": _str(),
-            "claims": {"type": "array", "items": claim},
-            "hypotheses": {"type": "array", "items": hypothesis},
+            "claims": _array(claim, DRAFT_ARRAY_BOUNDS["claims"]),
+            "hypotheses": _array(hypothesis, DRAFT_ARRAY_BOUNDS["hypotheses"]),
             "root_cause": root_cause,
-            "recovery": {"type": "array", "items": recovery},
-            "limitations": _strings(),
-            "next_steps": _strings(),
+            "recovery": _array(recovery, DRAFT_ARRAY_BOUNDS["recovery"]),
+            "limitations": _strings(DRAFT_ARRAY_BOUNDS["limitations"]),
+            "next_steps": _strings(DRAFT_ARRAY_BOUNDS["next_steps"]),
         },
         "required": ["summary", "claims", "hypotheses", "root_cause", "recovery", "limitations", "next_steps"],
     }
