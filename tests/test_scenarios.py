@@ -465,7 +465,12 @@ def test_file_level_mock_with_section_override(tmp_path: Path) -> None:
 
 
 def test_list_scenarios(tmp_path: Path) -> None:
-    assert list_scenarios(DATA) == [DATA / "alert-two-incidents", DATA / "broken-many", DATA / "mini-row-lock"]
+    assert list_scenarios(DATA) == [
+        DATA / "alert-two-incidents",
+        DATA / "broken-many",
+        DATA / "mini-row-lock",
+        DATA / "rds-cpu-statement",
+    ]
     assert list_scenarios(VALID) == [VALID]
     assert list_scenarios(str(VALID)) == [VALID]
     with pytest.raises(UsageError, match="no scenario folders"):

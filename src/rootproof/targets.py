@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from rootproof.boundary.redaction import is_secret_key
 from rootproof.configfile import read_config_file, read_regular
 from rootproof.errors import ConfigError
+from rootproof.tools.base import LogScope
 
 __all__ = [
     "KINDS",
@@ -179,8 +180,10 @@ class LogsTarget(_Target):
     """For `format: regex`: a Python regex with named groups (`ts`, `level`, `message`, …)."""
     service: str = Field(min_length=1, max_length=100)
     """The service these logs belong to (unless a record names its own)."""
-    scope: Literal["APPLICATION", "DATABASE", "CACHE", "PROXY", "SYSTEM"] = "APPLICATION"
-    """The scope `query_logs` files these entries under."""
+    scope: LogScope = "APPLICATION"
+    """The scope `query_logs` files these entries under (`CLOUD` for a cloud provider's events
+    exported to a file: RDS events, CloudWatch alarm state changes, Cloud SQL operations, Azure
+    activity log)."""
 
     @field_validator("pattern")
     @classmethod

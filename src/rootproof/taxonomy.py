@@ -72,6 +72,10 @@ Mechanism = Literal[
     "thread_pool_exhaustion",
     "queue_backlog",
     "network_partition",
+    "failover",
+    "storage_full",
+    "checkpoint_storm",
+    "vacuum_storm",
 ]
 """A taxonomy mechanism: how the fault works."""
 
@@ -88,6 +92,10 @@ RecoveryAction = Literal[
     "tune_timeout",
     "restart_database",
     "no_action",
+    "add_index",
+    "expand_storage",
+    "throttle_job",
+    "cancel_query",
 ]
 """A taxonomy recovery action."""
 
@@ -132,6 +140,10 @@ RECOVERY_ACTIONS: dict[str, tuple[Risk, bool]] = {
     "tune_timeout": ("medium", True),
     "restart_database": ("high", True),
     "no_action": ("low", False),
+    "add_index": ("medium", True),
+    "expand_storage": ("medium", True),
+    "throttle_job": ("medium", True),
+    "cancel_query": ("medium", True),
 }
 """Recovery action → (risk, requires approval by default)."""
 

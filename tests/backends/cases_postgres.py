@@ -37,6 +37,10 @@ def case() -> Iterator[list[ContractCase]]:
                         ("inspect_postgres", {"kind": "settings"}),
                         ("inspect_postgres", {"kind": "settings", "query": "deadlock_timeout max_connections"}),
                         ("inspect_postgres", {"kind": "database_stats"}),
+                        ("inspect_postgres", {"kind": "wait_events"}),  # the waiter (Lock) and the holder (Client)
+                        ("inspect_postgres", {"kind": "wait_events", "query": "transactionid"}),
+                        ("inspect_postgres", {"kind": "load_by_user"}),
+                        ("inspect_postgres", {"kind": "load_by_host", "limit": 1}),
                         ("inspect_postgres", {"kind": "log"}),
                         ("inspect_postgres", {"kind": "log", "query": '"still waiting" deadlock', "limit": 1, "offset": 1}),
                     ],

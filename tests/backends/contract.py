@@ -27,7 +27,7 @@ from rootproof.backends.query import fold, parse_query
 from rootproof.scenarios.types import format_timestamp
 from rootproof.tools.base import TOOLS, BackendResult, ToolBackend, window_start
 from rootproof.tools.refs import NO_EVIDENCE_PATH, canonical_json, enumerate_ref_paths, ref_text
-from rootproof.tools.results import Window, result_type
+from rootproof.tools.results import ROW_KINDS, Window, result_type
 
 __all__ = ["ContractCase", "check_result", "run_case"]
 
@@ -100,7 +100,7 @@ def check_result(case: ContractCase, tool: str, raw_args: dict[str, Any], out: B
         query = parse_query(str(getattr(args, "query", "")))
         if not query.empty and tool != "inspect_nginx" or (tool == "inspect_nginx" and kind in ("error_log", "access_log") and not query.empty):
             scores = [query.score_folded(fold(_item_text(tool, data, i))) for i in range(len(items))]
-            if kind not in ("activity", "locks", "database_stats", "replication", "top_queries", "clients"):
+            if kind not in ROW_KINDS.get(tool, ()):  # rows keep their order; other items are ordered by terms
                 assert all(s > 0 for s in scores), f"{case.name} {tool}: an item matches none of {query.terms}"
                 assert scores == sorted(scores, reverse=True), f"{case.name} {tool}: not ordered by terms matched"
     return paths

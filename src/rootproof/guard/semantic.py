@@ -167,6 +167,11 @@ _CUE_PHRASES: dict[str, tuple[str, ...]] = {
         "thread_pool_exhaustion": ("thread pool", "thread starvation", "executor saturated"),
         "queue_backlog": ("backlog", "consumer lag", "queue lag"),
         "network_partition": ("network partition", "packet loss", "network split"),
+        # Narrow on purpose: "failover" alone also names nginx retrying the next upstream.
+        "failover": ("database failover", "instance failover", "failed over to the standby", "failover to the standby"),
+        "storage_full": ("storage full", "storage is full", "out of storage", "storage exhausted"),
+        "checkpoint_storm": ("checkpoint storm", "frequent checkpoint", "checkpoints occurring too frequently"),
+        "vacuum_storm": ("vacuum storm", "autovacuum storm", "wraparound"),
     }.items()
 }
 MECHANISM_CUES_ZH: dict[str, tuple[str, ...]] = {
@@ -189,6 +194,10 @@ MECHANISM_CUES_ZH: dict[str, tuple[str, ...]] = {
     "thread_pool_exhaustion": ("线程池",),
     "queue_backlog": ("积压",),
     "network_partition": ("网络分区", "丢包"),
+    "failover": ("故障切换", "主备切换"),
+    "storage_full": ("存储空间耗尽", "存储已满", "存储空间已满"),
+    "checkpoint_storm": ("检查点风暴", "检查点过于频繁"),
+    "vacuum_storm": ("vacuum 风暴", "清理风暴", "回卷"),
 }
 _FRAMING_STOP = frozenset(
     "root cause evidence partial signal ruled out points knowledge card query found match finding confirmed suggests "

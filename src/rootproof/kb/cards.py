@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -34,6 +34,8 @@ from rootproof.taxonomy import (
     Taxonomy,
     is_namespaced,
 )
+from rootproof.tools.base import TOOLS, Scope
+from rootproof.tools.results import ROW_KINDS
 
 __all__ = [
     "SIGNAL_TOOLS",
@@ -58,16 +60,11 @@ SIGNAL_TOOLS: tuple[str, ...] = (
 """The runtime tools a signal may name."""
 
 _KINDS: dict[str, frozenset[str]] = {
-    "inspect_postgres": frozenset(
-        {"activity", "locks", "settings", "database_stats", "replication", "top_queries", "log"}
-    ),
-    "inspect_redis": frozenset({"info", "clients", "slowlog", "config", "log"}),
-    "inspect_nginx": frozenset({"error_log", "access_log", "config", "status"}),
+    tool: frozenset(get_args(TOOLS[tool].args_model.model_fields["kind"].annotation))
+    for tool in ("inspect_postgres", "inspect_redis", "inspect_nginx")
 }
-_TABLE_KINDS: dict[str, frozenset[str]] = {
-    "inspect_postgres": frozenset({"activity", "locks", "database_stats", "replication", "top_queries"}),
-    "inspect_redis": frozenset({"clients"}),
-}
+_TABLE_KINDS: dict[str, frozenset[str]] = {tool: frozenset(kinds) for tool, kinds in ROW_KINDS.items()}
+_TABLE_KINDS_TEXT = "; ".join(f"{tool} {', '.join(kinds)}" for tool, kinds in ROW_KINDS.items())
 _FIELD_KINDS: dict[str, frozenset[str]] = {
     "inspect_redis": frozenset({"info", "config"}),
     "inspect_postgres": frozenset({"settings"}),
@@ -154,7 +151,7 @@ class Signal(_Strict):
     """Threshold of the `metric` test (default 0)."""
     query: str | None = None
     """What to send for `query_logs` and log-like kinds (default: the signal's strings, quoted)."""
-    scope: Literal["ALL", "APPLICATION", "DATABASE", "CACHE", "PROXY", "SYSTEM"] | None = None
+    scope: Scope | None = None
     """`query_logs` scope."""
     level: Literal["DEBUG", "INFO", "WARN", "ERROR", "FATAL"] | None = None
     """`query_logs` minimum level."""
@@ -212,8 +209,7 @@ class Signal(_Strict):
             if self.kind not in allowed:
                 raise _bad(
                     "where",
-                    "a table kind (inspect_postgres activity, locks, database_stats, "
-                    f"replication, top_queries; inspect_redis clients), not {tool} {self.kind or ''}".rstrip(),
+                    f"a table kind ({_TABLE_KINDS_TEXT}), not {tool} {self.kind or ''}".rstrip(),
                 )
             assert self.where is not None
             if not self.where:

@@ -27,13 +27,12 @@ from pydantic import (
 from rootproof.scenarios.types import format_timestamp
 from rootproof.scenarios.yamlio import YamlDocument
 from rootproof.taxonomy import BUILTIN_TAXONOMY, LabelKind, Taxonomy
-from rootproof.tools.base import TOOLS
+from rootproof.tools.base import TOOLS, LogScope
 from rootproof.tools.refs import fmt_value
 
 _M = TypeVar("_M", bound=BaseModel)
 
 DataSourceName = Literal["snapshot", "mock"]
-LogScope = Literal["APPLICATION", "DATABASE", "CACHE", "PROXY", "SYSTEM"]
 LogLevel = Literal["DEBUG", "INFO", "WARN", "ERROR", "FATAL"]
 FallbackType = Literal[
     "EVIDENCE_VALIDATION_FAILED",
@@ -256,6 +255,9 @@ class _PostgresModel(_Model):
     replication: list[RowData] | None = None
     top_queries: list[RowData] | None = None
     log: list[StrictStr] | None = None
+    wait_events: list[RowData] | None = None
+    load_by_user: list[RowData] | None = None
+    load_by_host: list[RowData] | None = None
 
 
 class _RedisModel(_Model):

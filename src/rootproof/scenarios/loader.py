@@ -46,6 +46,7 @@ from rootproof.scenarios.types import (
 from rootproof.scenarios.yamlio import DEFAULT_MAX_FILE_BYTES, YamlDocument, load_yaml
 from rootproof.taxonomy import Taxonomy, recovery_policy
 from rootproof.tools.refs import fmt_value
+from rootproof.tools.results import ROW_KINDS
 
 __all__ = ["list_scenarios", "load_ground_truth", "load_scenario", "scenario_folder", "validate_scenario"]
 
@@ -125,7 +126,7 @@ def _responses(doc: YamlDocument, m: ResponsesModel, problems: list[str]) -> Too
         lines[key] = tuple(out)
 
     if (pg := m.postgres) is not None:
-        for kind in ("activity", "locks", "database_stats", "replication", "top_queries"):
+        for kind in ROW_KINDS["inspect_postgres"]:
             take_rows("postgres", kind, getattr(pg, kind))
         if pg.settings is not None:
             settings["postgres.settings"] = dict(pg.settings)

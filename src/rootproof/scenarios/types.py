@@ -42,7 +42,7 @@ class LogEntry:
     """DEBUG | INFO | WARN | ERROR | FATAL."""
     message: str
     scope: str = "APPLICATION"
-    """APPLICATION | DATABASE | CACHE | PROXY | SYSTEM."""
+    """APPLICATION | DATABASE | CACHE | PROXY | SYSTEM | CLOUD (`tools.base.LogScope`)."""
     source: str = ""
     """The log file or stream (defaults to the service)."""
     data_source: str = "snapshot"

@@ -28,9 +28,12 @@ __all__ = [
     "InspectNginxArgs",
     "InspectPostgresArgs",
     "InspectRedisArgs",
+    "LogScope",
     "LookupKnowledgeArgs",
+    "PostgresKind",
     "QueryLogsArgs",
     "QueryMetricsArgs",
+    "Scope",
     "System",
     "ToolBackend",
     "ToolDefinition",
@@ -48,7 +51,11 @@ _SINCE = re.compile(r"^(\d{1,12})\s*(s|m|h|d)$", re.ASCII)  # `٥m` and `５m` a
 _BAD_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 _TERM = re.compile(r'"[^"]*(?:"|$)|[^\s"]+')
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-Scope = Literal["ALL", "APPLICATION", "DATABASE", "CACHE", "PROXY", "SYSTEM"]
+LogScope = Literal["APPLICATION", "DATABASE", "CACHE", "PROXY", "SYSTEM", "CLOUD"]
+"""The log family of an entry: `CLOUD` is what a cloud provider writes about a managed resource
+(AWS RDS events, CloudWatch alarms' state changes, Cloud SQL operations, Azure activity log)."""
+Scope = Literal["ALL", LogScope]
+"""The `scope` argument of `query_logs`: one log family, or `ALL`."""
 Level = Literal["DEBUG", "INFO", "WARN", "ERROR", "FATAL"]
 System = Literal["logs", "metrics", "postgres", "redis", "nginx", "knowledge"]
 """The systems tools are served by (a backend is mounted per system, or per system and target)."""
@@ -126,10 +133,10 @@ class _Paged(_Windowed):
 
 
 class QueryLogsArgs(_Paged):
-    """Search application, database, cache, proxy and system logs."""
+    """Search application, database, cache, proxy, system and cloud-provider logs."""
 
     service: str | None = Field(default=None, description="Only this service.", max_length=100)
-    scope: Scope = Field(default="ALL", description="Log family.")
+    scope: Scope = Field(default="ALL", description="Log family (CLOUD: cloud provider events).")
     level: Level | None = Field(default=None, description="Minimum level.")
 
 
@@ -150,10 +157,26 @@ class QueryMetricsArgs(_Windowed):
         return v
 
 
-class InspectPostgresArgs(_Paged):
-    """Inspect PostgreSQL: sessions, locks, settings, statistics, replication, top queries, server log."""
+PostgresKind = Literal[
+    "activity",
+    "locks",
+    "settings",
+    "database_stats",
+    "replication",
+    "top_queries",
+    "log",
+    "wait_events",
+    "load_by_user",
+    "load_by_host",
+]
+"""The kinds of `inspect_postgres` (which are rows: `tools.results.ROW_KINDS`)."""
 
-    kind: Literal["activity", "locks", "settings", "database_stats", "replication", "top_queries", "log"]
+
+class InspectPostgresArgs(_Paged):
+    """Inspect PostgreSQL: sessions, locks, settings, statistics, replication, top queries,
+    database load by wait event, user and client host, server log."""
+
+    kind: PostgresKind
 
 
 class InspectRedisArgs(_Paged):
@@ -210,7 +233,7 @@ TOOLS: dict[str, ToolDefinition] = {
         ),
         ToolDefinition(
             name="query_logs",
-            description="Search logs (application, database, cache, proxy, system) in a window ending now.",
+            description="Search logs (application, database, cache, proxy, system, cloud) in a window ending now.",
             args_model=QueryLogsArgs,
             backend="logs",
         ),
@@ -223,7 +246,8 @@ TOOLS: dict[str, ToolDefinition] = {
         ToolDefinition(
             name="inspect_postgres",
             description="Inspect PostgreSQL: activity (pg_stat_activity), locks (pg_locks with blocking_pids), "
-            "settings, database_stats, replication, top_queries (pg_stat_statements), log.",
+            "settings, database_stats, replication, top_queries (pg_stat_statements), "
+            "load by wait_events, load_by_user, load_by_host, log.",
             args_model=InspectPostgresArgs,
             backend="postgres",
         ),

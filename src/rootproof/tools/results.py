@@ -9,7 +9,7 @@ models cannot disagree with the refs about key names.
 |------------------|--------------------------------------------------------------------------|---------|
 | `LogsResult`     | query_logs                                                               | `$.entries[i]` |
 | `MetricsResult`  | query_metrics                                                            | `$.series[i]` |
-| `RowsResult`     | inspect_postgres activity·locks·database_stats·replication·top_queries, inspect_redis clients | `$.rows[i]` |
+| `RowsResult`     | inspect_postgres activity·locks·database_stats·replication·top_queries·wait_events·load_by_user·load_by_host, inspect_redis clients | `$.rows[i]` |
 | `SettingsResult` | inspect_postgres settings, inspect_redis config                          | `$.settings.{name}` |
 | `InfoResult`     | inspect_redis info                                                       | `$.info.{section}.{field}` |
 | `LinesResult`    | inspect_postgres log, inspect_redis log·slowlog, inspect_nginx error_log·access_log | `$.lines[i]` |
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = [
+    "ROW_KINDS",
     "ConfigResult",
     "InfoResult",
     "KnowledgeResult",
@@ -121,7 +122,7 @@ class LogItem:
     """DEBUG | INFO | WARN | ERROR | FATAL."""
     service: str
     scope: str
-    """APPLICATION | DATABASE | CACHE | PROXY | SYSTEM."""
+    """APPLICATION | DATABASE | CACHE | PROXY | SYSTEM | CLOUD (`tools.base.LogScope`)."""
     source: str
     """Where the entry was read (a file name, `loki`, the logger)."""
     message: str
@@ -271,15 +272,30 @@ ToolResult = (
     | KnowledgeResult
 )
 
+ROW_KINDS: dict[str, tuple[str, ...]] = {
+    "inspect_postgres": (
+        "activity",
+        "locks",
+        "database_stats",
+        "replication",
+        "top_queries",
+        "wait_events",
+        "load_by_user",
+        "load_by_host",
+    ),
+    "inspect_redis": ("clients",),
+}
+"""The kinds whose result is `RowsResult` (table rows, cited `$.rows[i]`), per tool. None is
+windowed; rows are free-form mappings in the system's (or the provider's) own column names."""
+
 _BY_KIND: dict[tuple[str, str | None], type] = {
     ("query_logs", None): LogsResult,
     ("query_metrics", None): MetricsResult,
     ("lookup_knowledge", None): KnowledgeResult,
-    **{("inspect_postgres", k): RowsResult for k in ("activity", "locks", "database_stats", "replication", "top_queries")},
+    **{(tool, k): RowsResult for tool, kinds in ROW_KINDS.items() for k in kinds},
     ("inspect_postgres", "settings"): SettingsResult,
     ("inspect_postgres", "log"): LinesResult,
     ("inspect_redis", "info"): InfoResult,
-    ("inspect_redis", "clients"): RowsResult,
     ("inspect_redis", "config"): SettingsResult,
     ("inspect_redis", "slowlog"): LinesResult,
     ("inspect_redis", "log"): LinesResult,

@@ -81,6 +81,7 @@ _LABELS_ZH = {
     "upstream_timeout": "上游超时", "gc_pause": "gc 停顿", "oom_kill": "OOM kill", "disk_full": "磁盘满",
     "dns_resolution_failure": "DNS 解析失败", "certificate_expired": "证书过期", "bad_config_rollout": "配置变更",
     "cpu_saturation": "CPU 饱和", "thread_pool_exhaustion": "线程池耗尽", "queue_backlog": "队列积压", "network_partition": "网络分区",
+    "failover": "故障切换", "storage_full": "存储空间耗尽", "checkpoint_storm": "检查点风暴", "vacuum_storm": "vacuum 风暴",
 }
 
 

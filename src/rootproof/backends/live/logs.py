@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -40,12 +40,12 @@ from rootproof.backends.query import TextQuery, TimeWindow, fold, order_matches,
 from rootproof.errors import BackendError, BackendQueryError, BackendUnavailable, ConfigError
 from rootproof.scenarios.types import format_timestamp
 from rootproof.targets import LogsTarget, LokiTarget, TargetCheck
-from rootproof.tools.base import LEVEL_ORDER, BackendResult, QueryLogsArgs, window_start
+from rootproof.tools.base import LEVEL_ORDER, BackendResult, LogScope, QueryLogsArgs, window_start
 from rootproof.tools.results import LogItem, LogsResult, Window
 
 __all__ = ["LogsBackend"]
 
-_SCOPES = ("APPLICATION", "DATABASE", "CACHE", "PROXY", "SYSTEM")
+_SCOPES: tuple[str, ...] = get_args(LogScope)
 _LOGFMT_HINT = re.compile(r"(?:^|\s)(?:level|lvl|msg|message|ts|time)=")
 _CHECK_BYTES = 64 * 1024
 COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip")

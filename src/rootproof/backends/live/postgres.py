@@ -46,7 +46,7 @@ from rootproof.tools.results import LinesResult, RowsResult, SettingsResult, Win
 __all__ = ["PostgresBackend", "masked_dsn"]
 
 _TOOL = "inspect_postgres"
-_ROW_SQL = {"activity": q.ACTIVITY, "locks": q.LOCKS, "database_stats": q.DATABASE_STATS}
+_ROW_SQL = {"activity": q.ACTIVITY, "locks": q.LOCKS, "database_stats": q.DATABASE_STATS, **q.LOAD_BY}
 _MIN_SCRUB = 4
 """Shorter secrets are not replaced in messages (a one-letter password would garble every word)."""
 _T = TypeVar("_T")
@@ -225,6 +225,8 @@ class PostgresBackend:
             rows = self._fetch(_ROW_SQL[args.kind], {"cap": q.MAX_ROWS, "qmax": q.MAX_QUERY_CHARS})
             if args.kind == "locks" and not rows:
                 note = "; no session waits on a lock"
+            elif args.kind in q.LOAD_BY and not rows:
+                note = "; no session but rootproof's own is active or in a transaction (no database load now)"
         elif args.kind == "replication":
             rows, note = self._replication()
         else:

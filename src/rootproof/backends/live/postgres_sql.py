@@ -4,8 +4,10 @@ become plain JSON.
 Every statement is a parameterised SELECT with a LIMIT, over the statistics views and
 functions (pg_stat_activity, pg_locks, pg_blocking_pids, pg_settings, pg_stat_database,
 pg_stat_replication / pg_stat_wal_receiver, pg_stat_statements). Column names are
-PostgreSQL's own; the few derived columns end in `_s` (seconds) or `_bytes`. Written for
-PostgreSQL 14 and later (`pg_locks.waitstart`, `pg_stat_activity.query_id`).
+PostgreSQL's own; the few derived columns end in `_s` (seconds) or `_bytes`, and the load
+breakdowns (`LOAD_BY`) use Performance Insights' names (`name`, `type`, `id`, `db_load_avg`)
+so that one card reads a provider's rows and ours. Written for PostgreSQL 14 and later
+(`pg_locks.waitstart`, `pg_stat_activity.query_id`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ __all__ = [
     "ACTIVITY",
     "CHECK_SQL",
     "DATABASE_STATS",
+    "LOAD_BY",
     "LOCKS",
     "LOG_SQL",
     "MAX_QUERY_CHARS",
@@ -256,6 +259,47 @@ ORDER BY s.total_exec_time DESC
 LIMIT %(cap)s
 """
 """pg_stat_statements by total time; `wait_event` is what a session running it now waits on."""
+
+
+_LOADED = """
+FROM pg_stat_activity a
+WHERE a.pid <> pg_backend_pid() AND a.state IS NOT NULL AND a.state <> 'idle'
+"""
+# Sessions that make up the load now: every non-idle session but rootproof's own, server-wide
+# (`state` is NULL for background processes without a session, and for other users' sessions
+# when the role may not see them).
+
+LOAD_BY: dict[str, str] = {
+    "wait_events": f"""
+SELECT CASE WHEN a.wait_event IS NULL THEN 'CPU' ELSE a.wait_event_type || ':' || a.wait_event END AS name,
+       CASE WHEN a.wait_event IS NULL THEN 'CPU' ELSE a.wait_event_type END AS type,
+       count(*) AS db_load_avg
+{_LOADED}
+GROUP BY 1, 2
+ORDER BY db_load_avg DESC, name
+LIMIT %(cap)s
+""",
+    "load_by_user": f"""
+SELECT coalesce(a.usename::text, a.backend_type) AS name, count(*) AS db_load_avg
+{_LOADED}
+GROUP BY 1
+ORDER BY db_load_avg DESC, name
+LIMIT %(cap)s
+""",
+    "load_by_host": f"""
+SELECT coalesce(host(a.client_addr), CASE WHEN a.client_port = -1 THEN 'local' ELSE a.backend_type END) AS id,
+       count(*) AS db_load_avg
+{_LOADED}
+GROUP BY 1
+ORDER BY db_load_avg DESC, id
+LIMIT %(cap)s
+""",
+}
+"""Database load now, as Performance Insights breaks it down: the number of non-idle sessions
+(active, idle in transaction, …) at the moment of the call, by `wait_event_type:wait_event`
+(`CPU` for a session waiting on nothing), by user (a background worker by its backend_type) and
+by client host (`local` for a Unix socket). `db_load_avg` is an instant sample, not an average
+over time; most load first."""
 
 
 def plain(value: Any) -> Any:
