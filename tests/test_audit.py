@@ -34,6 +34,17 @@ def test_published_run_audits_clean_and_tampering_is_found(tmp_path: Path) -> No
     bad2["invocations"] = []
     assert any("no such invocation" in p for p in audit_run(bad2).problems)
 
+    # A contributing cause is audited like the root cause: it must rest on runtime evidence.
+    report = trace["run"]["content"]["report"]
+    backed = copy.deepcopy(trace)
+    backed["run"]["content"]["report"]["contributing_causes"] = [
+        {"component": "redis", "mechanism": "max_clients_reached", "culprit": "", "claim_ids": report["root_cause"]["claim_ids"]}
+    ]
+    assert audit_run(backed).ok
+    bare = copy.deepcopy(backed)
+    bare["run"]["content"]["report"]["contributing_causes"][0]["claim_ids"] = []
+    assert audit_run(bare).problems == ["contributing_causes[0] rests on no runtime, non-mock, non-injected evidence"]
+
 
 def test_fallback_runs_have_nothing_to_audit(tmp_path: Path) -> None:
     sink = MemoryTraceSink()

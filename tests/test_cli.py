@@ -81,3 +81,30 @@ def test_diagnose_json_on_embedded_default(home: Path) -> None:
     doc = json.loads(p.stdout)
     assert {"run_id", "status", "release_outcome", "content"} <= set(doc)
     assert doc["content"]["fallback"]["type"] == "EVIDENCE_VALIDATION_FAILED"
+
+
+def test_the_report_card_lists_contributing_causes_after_the_root_cause_in_the_runs_language(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from rootproof.cli import _print_content
+
+    report = {
+        "summary": "Row locks, and Redis at maxclients.",
+        "root_cause": {"component": "postgresql", "mechanism": "row_lock_contention", "culprit": "pid 4242"},
+        "contributing_causes": [{"component": "redis", "mechanism": "max_clients_reached", "culprit": "maxclients 100"}],
+        "claims": [],
+        "recovery": [],
+    }
+    content = {"content_type": "DIAGNOSIS_REPORT", "report": report, "verified_sources": []}
+    _print_content(content, "en")
+    assert capsys.readouterr().out.splitlines()[1:3] == [
+        "  root cause: postgresql / row_lock_contention  culprit: pid 4242",
+        "  contributing cause: redis / max_clients_reached  culprit: maxclients 100",
+    ]
+    _print_content(content, "zh")
+    assert capsys.readouterr().out.splitlines()[1:3] == [
+        "  根因: postgresql / row_lock_contention  具体对象: pid 4242",
+        "  促成原因: redis / max_clients_reached  具体对象: maxclients 100",
+    ]
+    _print_content({**content, "report": {**report, "contributing_causes": []}}, "en")
+    assert "contributing" not in capsys.readouterr().out

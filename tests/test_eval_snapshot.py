@@ -19,6 +19,7 @@ from rootproof.eval.snapshot import run_suite
 from rootproof.scenarios.loader import scenario_folder
 from rootproof.scenarios.types import (
     Alternative,
+    EvidenceMatch,
     ExpectedOutcome,
     GroundTruth,
     Recovery,
@@ -423,6 +424,131 @@ def test_observation_round_trips_through_plain_data() -> None:
     assert again == obs
 
 
+# -- compositional ground truths: label lists, contributing causes, alternative evidence ------------
+
+APP_ROLLOUT = RootCause(component="application", mechanism="bad_config_rollout", culprit="pool size 5")
+
+
+def _with_contributing(rc: tuple[str, str] | None, *extra: tuple[str, str]) -> dict[str, Any]:
+    report = _report(rc=rc)
+    report["contributing_causes"] = [
+        {"component": c, "mechanism": m, "culprit": "", "claim_ids": ["c1"]} for c, m in extra
+    ]
+    return report
+
+
+def test_any_listed_label_of_the_root_cause_is_right() -> None:
+    truth = _truth(
+        root_cause=RootCause(
+            component="mysql",
+            mechanism="deadlock",
+            culprit="",
+            components=("mysql", "postgresql"),
+            mechanisms=("deadlock", "row_lock_contention"),
+        )
+    )
+    s = score_case(truth, _obs(_report()))
+    assert s.passed and s.score == 100 and not s.false_confident
+    wrong = score_case(truth, _obs(_report(rc=("postgresql", "slow_query"))))
+    assert wrong.false_confident and wrong.dimensions["root_cause"].score == 10
+    assert "expected (mysql|postgresql)/(deadlock|row_lock_contention)" in wrong.failure_reasons[0]
+
+
+def test_full_root_cause_points_need_every_contributing_cause_in_any_order() -> None:
+    truth = _truth(contributing_causes=(APP_ROLLOUT,))
+    both = score_case(truth, _obs(_with_contributing(("postgresql", "row_lock_contention"), ("application", "bad_config_rollout"))))
+    assert both.passed and both.dimensions["root_cause"].score == 25
+    assert both.contributing_causes == [{"component": "application", "mechanism": "bad_config_rollout"}]
+    swapped = score_case(truth, _obs(_with_contributing(("application", "bad_config_rollout"), ("postgresql", "row_lock_contention"))))
+    assert swapped.passed and swapped.dimensions["root_cause"].score == 25
+    assert "root cause postgresql/row_lock_contention: named by postgresql/row_lock_contention as a contributing cause (12.5/12.5)" in (
+        swapped.dimensions["root_cause"].reasons
+    )
+
+
+def test_naming_only_some_causes_earns_a_proportional_share_and_does_not_pass() -> None:
+    truth = _truth(contributing_causes=(APP_ROLLOUT,))
+    only_root = score_case(truth, _obs(_report()))
+    assert only_root.dimensions["root_cause"].score == 12.5
+    assert not only_root.passed and only_root.failure_class == "wrong_root_cause"
+    assert not only_root.false_confident and only_root.score == 87.5  # not wrong: nothing capped
+    assert only_root.failure_reasons[0] == "named 1 of 2 causes; not named: application/bad_config_rollout"
+    # The component alone of a cause earns its 10 of 25 of that cause's share.
+    partial = score_case(truth, _obs(_with_contributing(("postgresql", "row_lock_contention"), ("application", "thread_pool_exhaustion"))))
+    assert partial.dimensions["root_cause"].score == 12.5 + 12.5 * 10 / 25 and not partial.passed
+    three = _truth(contributing_causes=(APP_ROLLOUT, RootCause(component="redis", mechanism="memory_eviction", culprit="")))
+    s = score_case(three, _obs(_with_contributing(("postgresql", "row_lock_contention"), ("redis", "memory_eviction"))))
+    assert s.dimensions["root_cause"].score == pytest.approx(25 * 2 / 3) and not s.passed
+
+
+def test_a_root_cause_that_is_none_of_the_causes_is_wrong() -> None:
+    truth = _truth(contributing_causes=(APP_ROLLOUT,))
+    s = score_case(truth, _obs(_with_contributing(("dns", "dns_resolution_failure"), ("application", "bad_config_rollout"))))
+    assert s.false_confident and s.score <= 35
+    assert s.failure_reasons[0].startswith("published root cause dns/dns_resolution_failure, expected postgresql/row_lock_contention or application/bad_config_rollout")
+
+
+def test_a_red_herring_as_a_contributing_cause_is_false_confident() -> None:
+    for truth in (_truth(), _truth(contributing_causes=(APP_ROLLOUT,))):
+        s = score_case(truth, _obs(_with_contributing(("postgresql", "row_lock_contention"), ("host", "cpu_saturation"))))
+        assert s.dimensions["root_cause"].score == 0 and s.false_confident and s.failure_class == "wrong_root_cause"
+        assert "published red herring host/cpu_saturation (CPU 85%) as a contributing cause" in s.failure_reasons
+        assert s.score <= 35
+
+
+def test_a_contributing_cause_on_a_no_fault_control_is_wrong() -> None:
+    control = _truth(fault=False, root_cause=None, required_evidence=(), alternatives=(), recovery=Recovery())
+    report = _with_contributing(("postgresql", "row_lock_contention"), ("redis", "max_clients_reached"))
+    report["recovery"] = []
+    s = score_case(control, _obs(report, refs=[]))
+    assert s.false_confident and not s.passed and s.dimensions["root_cause"].score == 0
+    assert s.failure_reasons[0] == (
+        "no-fault control: published root cause postgresql/row_lock_contention and contributing cause(s) redis/max_clients_reached"
+    )
+
+
+def test_without_contributing_causes_in_the_truth_a_published_one_is_not_scored() -> None:
+    s = score_case(_truth(), _obs(_with_contributing(("postgresql", "row_lock_contention"), ("redis", "memory_eviction"))))
+    assert s.passed and s.score == 100 and not s.false_confident
+    assert s.dimensions["root_cause"].reasons[-1] == "contributing cause(s) redis/memory_eviction: not in the ground truth, not scored"
+
+
+def test_any_of_required_evidence_is_matched_by_any_alternative() -> None:
+    blocker = RequiredEvidence(
+        id="blocker",
+        any_of=(
+            EvidenceMatch(tool="query_logs", match=("idle in transaction", "4242")),
+            EvidenceMatch(tool="inspect_postgres", match=('"pid":4242', "idle in transaction")),
+        ),
+    )
+    waiter = RequiredEvidence(id="waiter", tool="inspect_postgres", match=('"blocking_pids":[4242]',))
+    truth = _truth(required_evidence=(blocker, waiter))
+    assert score_case(truth, _obs(_report())).evidence_matched == ["blocker", "waiter"]
+    log = _ref("c1", "$.entries[0]", "ERROR app: pid 4242 idle in transaction", tool="query_logs", inv="inv-c")
+    s = score_case(truth, _obs(_report(), [log, _ref("c2", "$.rows[0]", WAITER, inv="inv-b")]))
+    assert s.evidence_matched == ["blocker", "waiter"]
+    # Neither alternative: the right text under the wrong tool matches nothing.
+    wrong_tool = _ref("c1", "$.entries[0]", BLOCKER, tool="inspect_redis", inv="inv-d")
+    s = score_case(truth, _obs(_report(), [wrong_tool, _ref("c2", "$.rows[0]", WAITER, inv="inv-b")]))
+    assert s.evidence_matched == ["waiter"] and s.failure_class == "missing_evidence"
+    # An alternative rules an alternative out like a single-form entry does.
+    assert score_case(_truth(required_evidence=(blocker, waiter)), _obs(_report())).alternatives_ruled_out == [
+        "connection_pool/pool_leak"
+    ]
+
+
+def test_report_rows_carry_the_published_contributing_causes() -> None:
+    from rootproof.eval.report import case_row
+    from rootproof.eval.snapshot import CaseResult
+
+    truth = _truth(contributing_causes=(APP_ROLLOUT,))
+    obs = _obs(_with_contributing(("postgresql", "row_lock_contention"), ("application", "bad_config_rollout")))
+    row = case_row(CaseResult(scenario_id="case", folder=Path("case"), observation=obs, score=score_case(truth, obs)))
+    assert row["contributing_causes"] == [{"component": "application", "mechanism": "bad_config_rollout"}]
+    plain = _obs(_report())
+    assert case_row(CaseResult(scenario_id="case", folder=Path("case"), observation=plain, score=score_case(_truth(), plain)))["contributing_causes"] == []
+
+
 # ---------------------------------------------------------------------------------------------
 # The runner: worker processes, hooks, persistence (slow: each suite spawns workers)
 # ---------------------------------------------------------------------------------------------
@@ -636,3 +762,12 @@ def test_cli_malformed_folder_exits_2_and_records_infra_invalid(
 def test_cli_rejects_bad_jobs_and_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert _cli(monkeypatch, tmp_path, "snapshot", "--jobs", "0").exit_code == 2
     assert _cli(monkeypatch, tmp_path, "snapshot", "--model", "gpt").exit_code == 2
+
+
+def test_the_html_report_shows_contributing_causes_after_the_root_cause() -> None:
+    from rootproof.eval.report import _released
+
+    html = _released(_obs(_with_contributing(("postgresql", "row_lock_contention"), ("application", "bad_config_rollout"))))
+    root = html.index("<b>Root cause:</b> postgresql / row_lock_contention")
+    assert html.index("<b>Contributing causes:</b> application / bad_config_rollout") > root
+    assert "Contributing causes" not in _released(_obs(_report()))

@@ -7,6 +7,7 @@ untrusted spans: the guard must recompute them from the ref text.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -503,3 +504,161 @@ def test_a_discriminating_signal_inside_an_untrusted_span_does_not_count(where: 
         [ev.cite(q, 0, SHARED), ev.cite(q, 1, "idle=0, waiting=7"), ev.cite(q2, 0, ex)],
     )
     assert codes(ev, d, cards()) == ["ROOT_CAUSE_NOT_DISCRIMINATED"]
+
+
+# -- contributing causes: each one is guarded exactly like the root cause -----------------------------
+def _two_causes(ev: Evidence) -> tuple[dict[str, Any], dict[str, str]]:
+    """A draft whose root cause (PostgreSQL row locks) and contributing cause (Redis max clients)
+    each rest on two independent records from their own component; and a Redis citation."""
+    pg, _ = _row_lock_evidence(ev)
+    line = "redis.exceptions.ConnectionError: max number of clients reached"
+    q = ev.logs(("2026-08-03T09:44:41.120Z", "ERROR", "session-service", "session-service.log", line))
+    r = ev.add(
+        "inspect_redis",
+        {"kind": "info", "info": {"clients": {"connected_clients": 10000}, "stats": {"rejected_connections": 4120}}},
+        kind="info",
+    )
+    d = draft(
+        ("postgresql", "row_lock_contention"),
+        [ev.cite(pg, 0, "process 5120 still waiting for ShareLock"), ev.cite(pg, 1, "process 5188 still waiting")],
+        extra_claims=[
+            {"id": "k1", "text": f'Evidence: "{line}"', "kind": "finding", "citations": [ev.cite(q, 0, line)]},
+            {
+                "id": "k2",
+                "text": 'Evidence: "rejected_connections:4120"',
+                "kind": "finding",
+                "citations": [ev.cite(r, 1, "rejected_connections:4120")],
+            },
+        ],
+    )
+    d["contributing_causes"] = [
+        {"component": "redis", "mechanism": "max_clients_reached", "culprit": "", "claim_ids": ["k1", "k2"]}
+    ]
+    return d, ev.cite(q, 0, line)
+
+
+def _result(ev: Evidence, d: dict[str, Any]) -> Any:
+    return EvidenceGuard(ev.store).check(d, run_id=RUN)
+
+
+def test_a_contributing_cause_proven_like_a_root_cause_passes() -> None:
+    ev = Evidence()
+    d, _ = _two_causes(ev)
+    assert codes(ev, d) == []
+
+
+def test_a_contributing_cause_on_one_record_is_uncorroborated_and_named() -> None:
+    ev = Evidence()
+    d, _ = _two_causes(ev)
+    d["contributing_causes"][0]["claim_ids"] = ["k1"]  # the client error alone
+    out = _result(ev, d)
+    assert out.codes == ["ROOT_CAUSE_UNCORROBORATED"] and not out.passed
+    assert out.violations[0].detail.startswith("contributing_causes[0] (redis/max_clients_reached): 1 independent")
+
+
+def test_a_contributing_cause_without_runtime_support_is_knowledge_only() -> None:
+    ev = Evidence()
+    d, _ = _two_causes(ev)
+    k = ev.add(
+        "lookup_knowledge",
+        {"results": [{"card_id": "redis-maxclients", "title": "Redis", "text": "Redis refuses clients beyond maxclients."}]},
+        source="knowledge",
+    )
+    d["claims"].append(
+        {"id": "k3", "text": "card", "kind": "finding", "citations": [ev.cite(k, 0, "Redis refuses clients beyond")]}
+    )
+    d["contributing_causes"][0]["claim_ids"] = ["k3"]
+    out = _result(ev, d)
+    assert out.codes == ["ROOT_CAUSE_KNOWLEDGE_ONLY"]
+    assert out.violations[0].detail == "no runtime citation backs contributing_causes[0] (redis/max_clients_reached)"
+    # No claim at all is no support either: claims of kind root_cause back the root cause only.
+    d["contributing_causes"][0]["claim_ids"] = []
+    assert codes(ev, d) == ["ROOT_CAUSE_KNOWLEDGE_ONLY"]
+
+
+def test_a_contributing_cause_on_mock_or_injected_evidence_is_refused() -> None:
+    ev = Evidence()
+    d, _ = _two_causes(ev)
+    line = "redis.exceptions.ConnectionError: max number of clients reached"
+    for source, flag, code in (("mock", False, "ROOT_CAUSE_MOCK_ONLY"), ("snapshot", True, "ROOT_CAUSE_INJECTED")):
+        m = ev.logs(("2026-08-03T09:44:50.000Z", "ERROR", "cart-service", "cart-service.log", line))
+        inv = ev.store.get(m)
+        assert inv is not None
+        inv.evidence_refs = [dataclasses.replace(x, data_source=source, instruction_like=flag) for x in inv.evidence_refs]
+        d["claims"] = [c for c in d["claims"] if c["id"] != "k9"] + [
+            {"id": "k9", "text": "x", "kind": "finding", "citations": [ev.cite(m, 0, line)]}
+        ]
+        d["contributing_causes"][0]["claim_ids"] = ["k9"]
+        assert codes(ev, d) == [code], source
+
+
+def test_a_contributing_cause_naming_an_unknown_claim_is_refused() -> None:
+    ev = Evidence()
+    d, _ = _two_causes(ev)
+    d["contributing_causes"][0]["claim_ids"].append("k7")
+    out = _result(ev, d)
+    assert out.codes == ["CLAIM_REF_UNKNOWN"]
+    assert (out.violations[0].claim_id, out.violations[0].detail) == ("k7", "contributing_causes[0]")
+
+
+def test_a_contributing_cause_is_checked_for_a_discriminating_signal() -> None:
+    ev = Evidence()
+    d, _ = _two_causes(ev)
+    q = _pool_timeouts(ev)
+    d["claims"] += [
+        {"id": "p1", "text": "x", "kind": "finding", "citations": [ev.cite(q, 0, SHARED + " 30000ms")]},
+        {"id": "p2", "text": "y", "kind": "finding", "citations": [ev.cite(q, 1, "idle=0, waiting=7")]},
+    ]
+    d["contributing_causes"] = [
+        {"component": "connection_pool", "mechanism": "connection_exhaustion", "culprit": "", "claim_ids": ["p1", "p2"]}
+    ]
+    assert codes(ev, d, cards()) == ["ROOT_CAUSE_NOT_DISCRIMINATED"]
+    assert codes(ev, d) == []
+
+
+def test_a_withheld_contributing_cause_withholds_the_whole_draft() -> None:
+    """Release: a draft whose contributing cause fails ends in the same fallback as a failed root cause."""
+    from rootproof.guard.release import release_draft
+    from rootproof.guard.semantic import OfflineJudge, SemanticGuard
+
+    ev = Evidence()
+    d, _ = _two_causes(ev)
+    semantic = SemanticGuard(OfflineJudge())
+    ok = release_draft(d, run_id=RUN, store=ev.store, semantic=semantic, language="en")
+    assert ok.release_outcome == "PUBLISHED", (ok.evidence.violations, ok.semantic)
+    assert ok.content["report"]["contributing_causes"][0]["mechanism"] == "max_clients_reached"
+    d["contributing_causes"][0]["claim_ids"] = ["k1"]
+    bad = release_draft(d, run_id=RUN, store=ev.store, semantic=semantic, language="en")
+    assert (bad.release_outcome, bad.fallback_type) == ("FALLBACK", "EVIDENCE_VALIDATION_FAILED")
+    assert "report" not in bad.content
+
+
+def test_a_claim_may_name_the_mechanism_of_a_contributing_cause() -> None:
+    """SemanticGuard: the draft's own causes are what it investigates (no CAUSE_INVENTED)."""
+    from rootproof.agent.draft import parse_draft
+    from rootproof.guard.evidence import VerifiedCitation, VerifiedEvidenceSnapshot
+    from rootproof.guard.semantic import OfflineJudge, SemanticGuard
+
+    line = "redis.exceptions.ConnectionError: max number of clients reached"
+    claim = {
+        "id": "k1",
+        "text": f'Redis max clients reached: "{line}"',
+        "kind": "finding",
+        "citations": [{"invocation_id": "inv-1", "tool_name": "query_logs", "raw_path": "$.entries[0]", "excerpt": line}],
+    }
+    cited = VerifiedCitation(
+        claim_id="k1", invocation_id="inv-1", tool_name="query_logs", raw_path="$.entries[0]",
+        excerpt=line, ref_text=line, data_source="snapshot",
+    )  # fmt: skip
+    snapshot = VerifiedEvidenceSnapshot(citations=[cited], verified_sources=[])
+    rc = {"component": "postgresql", "mechanism": "row_lock_contention", "culprit": "", "claim_ids": []}
+    guard = SemanticGuard(OfflineJudge())
+    for contributing, verdict in (
+        ([{"component": "redis", "mechanism": "max_clients_reached", "claim_ids": ["k1"]}], "SUPPORTED"),
+        ([], "UNSUPPORTED"),
+    ):
+        d, problem = parse_draft({"summary": "s", "root_cause": rc, "contributing_causes": contributing, "claims": [claim]})
+        assert d is not None, problem
+        (v,) = guard.check(d, snapshot).verdicts
+        assert v.verdict == verdict, v
+        assert (v.code == "CAUSE_INVENTED") == (verdict == "UNSUPPORTED")

@@ -47,3 +47,14 @@ def test_seeded_runs_are_deterministic(summary: dict[str, Any]) -> None:
     assert {k: v for k, v in again.items() if k not in strip} == {
         k: v for k, v in summary.items() if k not in strip
     }
+
+
+def test_the_contributing_kinds_need_the_contributing_cause_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A guard that checked only the root cause would publish the contributing_* mutations."""
+    import rootproof.guard.evidence as evidence
+
+    only_root = evidence._causes
+    monkeypatch.setattr(evidence, "_causes", lambda draft: only_root(draft)[:1])
+    weak = run_guard_benchmark(seed=0, per_kind=6, scenario_ids=SCENARIOS, injected_runs=2)
+    kinds = weak.get("false_publish_kinds") or {}
+    assert kinds and all(k.startswith("contributing_") for k in kinds), kinds

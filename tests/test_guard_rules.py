@@ -21,7 +21,7 @@ from rootproof.settings import load_settings
 
 def test_the_packaged_file_names_every_check_exactly() -> None:
     rs = rule_set()
-    assert rs.version.startswith("guard-rules-v1+") and len(rs.version.split("+")[1]) == 12
+    assert rs.version.startswith("guard-rules-v2+") and len(rs.version.split("+")[1]) == 12
     for section, codes in (
         ("evidence_guard", ViolationCode),
         ("semantic_guard.common", GuardCode),

@@ -512,3 +512,171 @@ def test_yaml_errors_carry_file_and_line() -> None:
         parse_yaml("a: 1\na: 2\n", "f.yaml")
     with pytest.raises(ScenarioError, match=r"^f\.yaml: line 2, column 2: "):
         parse_yaml("a: [1\nb: 2\n", "f.yaml")
+
+
+# --- ground truth: label lists, contributing causes, alternative evidence ------------------------
+
+COMPOSITIONAL = """fault: true
+root_cause:
+  component: [postgresql, connection_pool]
+  mechanism: [row_lock_contention, deadlock]
+  culprit: "pid 4242"
+contributing_causes:
+  - component: application
+    mechanism: [bad_config_rollout]
+    culprit: "pool size cut to 5"
+required_evidence:
+  - id: blocker-session
+    tool: inspect_postgres
+    match: ["idle in transaction"]
+  - id: waiter-lock
+    any_of:
+      - {tool: inspect_postgres, match: ["blocking_pids", "4242"]}
+      - {tool: query_logs, match: ["still waiting for ShareLock"]}
+alternatives:
+  - component: connection_pool
+    mechanism: pool_leak
+    ruled_out_by: [waiter-lock]
+red_herrings:
+  - description: "Redis at maxclients"
+    component: redis
+    mechanism: max_clients_reached
+"""
+
+
+def _compositional(tmp_path: Path) -> Path:
+    folder = copy_fixture(tmp_path)
+    (folder / "ground_truth.yaml").write_text(COMPOSITIONAL, encoding="utf-8")
+    return folder
+
+
+def test_label_lists_contributing_causes_and_any_of_evidence_load(tmp_path: Path) -> None:
+    folder = _compositional(tmp_path)
+    assert validate_scenario(folder) == []
+    gt = load_ground_truth(folder)
+    rc = gt.root_cause
+    assert rc is not None and (rc.component, rc.mechanism) == ("postgresql", "row_lock_contention")
+    assert rc.components == ("postgresql", "connection_pool") and rc.mechanisms == ("row_lock_contention", "deadlock")
+    assert rc.accepts("connection_pool", "deadlock") and not rc.accepts("postgresql", "pool_leak")
+    assert rc.label == "(postgresql|connection_pool)/(row_lock_contention|deadlock)"
+    (cause,) = gt.contributing_causes
+    assert (cause.components, cause.mechanisms, cause.culprit) == (
+        ("application",),
+        ("bad_config_rollout",),
+        "pool size cut to 5",
+    )
+    assert gt.causes == (rc, cause)
+    single, alternatives = gt.required_evidence
+    assert [(o.tool, o.match) for o in single.options] == [("inspect_postgres", ("idle in transaction",))]
+    assert (alternatives.tool, alternatives.match) == ("", ())
+    assert [(o.tool, o.match) for o in alternatives.options] == [
+        ("inspect_postgres", ("blocking_pids", "4242")),
+        ("query_logs", ("still waiting for ShareLock",)),
+    ]
+
+
+def test_old_ground_truths_load_as_before() -> None:
+    gt = load_ground_truth(VALID)
+    assert gt.contributing_causes == () and gt.root_cause is not None
+    assert (gt.root_cause.components, gt.root_cause.mechanisms) == (("postgresql",), ("row_lock_contention",))
+    assert all(e.any_of == () and e.options[0].tool == e.tool for e in gt.required_evidence)
+
+
+COMPOSITIONAL_CASES = [
+    (
+        "mechanism: [row_lock_contention, deadlock]",
+        "mechanism: [row_lock_contention, row_lock]",
+        "mini-row-lock/ground_truth.yaml: root_cause.mechanism[1]: unknown mechanism 'row_lock' (expected one of ",
+    ),
+    (
+        "mechanism: [row_lock_contention, deadlock]",
+        "mechanism: []",
+        "mini-row-lock/ground_truth.yaml: root_cause.mechanism: expected at least one label (or a single label) (line 4)",
+    ),
+    (
+        "component: [postgresql, connection_pool]",
+        "component: [postgresql, postgresql]",
+        "mini-row-lock/ground_truth.yaml: root_cause.component: duplicate label 'postgresql' (line 3)",
+    ),
+    (
+        "component: [postgresql, connection_pool]",
+        "component: {name: postgresql}",
+        "mini-row-lock/ground_truth.yaml: root_cause.component: expected a valid string (got a mapping) (line 3)",
+    ),
+    (
+        "fault: true",
+        "fault: false",
+        "mini-row-lock/ground_truth.yaml: contributing_causes: expected [] when fault is false (contributing causes go with a root cause) (line 6)",
+    ),
+    (
+        "  - component: application\n    mechanism: [bad_config_rollout]",
+        "  - component: connection_pool\n    mechanism: deadlock",
+        "mini-row-lock/ground_truth.yaml: contributing_causes[0]: duplicates the root cause "
+        "((postgresql|connection_pool)/(row_lock_contention|deadlock)) (line 7)",
+    ),
+    (
+        "  - component: application\n    mechanism: [bad_config_rollout]",
+        "  - component: [redis, application]\n    mechanism: [max_clients_reached]",
+        "mini-row-lock/ground_truth.yaml: contributing_causes[0]: a contributing cause cannot be a red herring "
+        "(red_herrings[0] is redis/max_clients_reached) (line 7)",
+    ),
+    (
+        '    culprit: "pool size cut to 5"\n',
+        '    culprit: "pool size cut to 5"\n  - {component: application, mechanism: bad_config_rollout}\n',
+        "mini-row-lock/ground_truth.yaml: contributing_causes[1]: duplicates contributing_causes[0] "
+        "(application/bad_config_rollout) (line 10)",
+    ),
+    (
+        '    culprit: "pool size cut to 5"\n',
+        '    culprit: "pool size cut to 5"\n    ruled_out_by: []\n',
+        "mini-row-lock/ground_truth.yaml: contributing_causes[0].ruled_out_by: unknown field 'ruled_out_by' "
+        "(expected one of component, mechanism, culprit)",
+    ),
+    (
+        "  - id: waiter-lock\n    any_of:",
+        "  - id: waiter-lock\n    tool: query_logs\n    any_of:",
+        "mini-row-lock/ground_truth.yaml: required_evidence[1].tool: expected either tool and match, or any_of, not both",
+    ),
+    (
+        "  - id: blocker-session\n    tool: inspect_postgres\n",
+        "  - id: blocker-session\n",
+        "mini-row-lock/ground_truth.yaml: required_evidence[0].tool: required field missing (or give any_of: "
+        "a list of {tool, match} alternatives)",
+    ),
+    (
+        "      - {tool: query_logs, match: [\"still waiting for ShareLock\"]}",
+        "      - {tool: query_logs, match: []}",
+        "mini-row-lock/ground_truth.yaml: required_evidence[1].any_of[1].match: List should have at least 1 item",
+    ),
+    (
+        "      - {tool: query_logs, match: [\"still waiting for ShareLock\"]}",
+        "      - {tool: inspect_redis, match: [\"maxclients\"]}",
+        "mini-row-lock/ground_truth.yaml: required_evidence[1].any_of[1].tool: 'inspect_redis' is not in "
+        "scenario.yaml allowed_tools (line 17)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"), COMPOSITIONAL_CASES, ids=[c[2].split(": ")[1][:48] for c in COMPOSITIONAL_CASES]
+)
+def test_compositional_ground_truth_errors_name_file_and_field(tmp_path: Path, old: str, new: str, expected: str) -> None:
+    folder = _compositional(tmp_path)
+    if "inspect_redis" in new:  # make the tool unknown to this scenario
+        edit(folder, "scenario.yaml", " inspect_redis,", "")
+    edit(folder, "ground_truth.yaml", old, new)
+    problems = validate_scenario(folder)
+    assert any(p.startswith(expected) for p in problems), problems
+    assert all("\n" not in p for p in problems)
+
+
+def test_a_contributing_cause_needs_a_root_cause(tmp_path: Path) -> None:
+    folder = _compositional(tmp_path)
+    edit(folder, "ground_truth.yaml", "required_evidence:\n", "expected_outcome: {release_outcome: PUBLISHED}\nrequired_evidence:\n")
+    text = (folder / "ground_truth.yaml").read_text(encoding="utf-8")
+    start, end = text.index("root_cause:"), text.index("contributing_causes:")
+    (folder / "ground_truth.yaml").write_text(text[:start] + "root_cause: null\n" + text[end:], encoding="utf-8")
+    assert validate_scenario(folder) == [
+        "mini-row-lock/ground_truth.yaml: contributing_causes: expected [] without a root_cause "
+        "(contributing causes go with a root cause) (line 3)"
+    ]

@@ -5,8 +5,8 @@ It reads what the user received (`diagnosis_run.content`) and the durable `tool_
 rows, and checks every citation of a published report against them: the invocation belongs
 to the run and was READY, the tool matches, the path is one of the recorded refs, the excerpt
 is contained in the recorded ref text (NFKC + whitespace), `$.no_evidence` backs only
-negative observations, and a root cause rests on runtime data that is neither mock nor
-instruction-like.
+negative observations, and a root cause (and each contributing cause) rests on runtime data
+that is neither mock nor instruction-like.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ def audit_run(trace: dict[str, Any]) -> AuditFinding:
     rc = report.get("root_cause")
     rc_ids = set(rc.get("claim_ids", [])) if rc else set()
     rc_sources: list[tuple[str, bool]] = []
+    contributing = [c for c in report.get("contributing_causes") or [] if isinstance(c, dict)]
+    sources_of: dict[str, list[tuple[str, bool]]] = {}  # claim id → its refs' (data source, flagged)
     for claim in claims:
         cid = claim.get("id")
         if not claim.get("citations"):
@@ -77,9 +79,17 @@ def audit_run(trace: dict[str, Any]) -> AuditFinding:
             negative = claim.get("kind") == "negative_observation"
             if negative != (cit.get("raw_path") == "$.no_evidence"):
                 finding.problems.append(f"{where}: $.no_evidence must back negative observations and only them")
+            source = (str(ref.get("data_source")), bool(ref.get("instruction_like")))
+            sources_of.setdefault(str(cid), []).append(source)
             if cid in rc_ids or claim.get("kind") == "root_cause":
-                rc_sources.append((str(ref.get("data_source")), bool(ref.get("instruction_like"))))
+                rc_sources.append(source)
     if rc and content.get("content_type") == "DIAGNOSIS_REPORT":
         if not any(src not in ("knowledge", "mock") and not flagged for src, flagged in rc_sources):
             finding.problems.append("root cause rests on no runtime, non-mock, non-injected evidence")
+        for i, cause in enumerate(contributing):
+            cited = [x for cid in cause.get("claim_ids") or [] for x in sources_of.get(str(cid), [])]
+            if not any(src not in ("knowledge", "mock") and not flagged for src, flagged in cited):
+                finding.problems.append(
+                    f"contributing_causes[{i}] rests on no runtime, non-mock, non-injected evidence"
+                )
     return finding

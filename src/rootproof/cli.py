@@ -226,7 +226,18 @@ def model_step_line(info: ModelStepInfo) -> None:
         status(f"  model: {info.note}", "yellow")
 
 
-def _print_content(content: dict[str, Any] | None) -> None:
+_CARD_LABELS = {
+    "en": {"root": "root cause", "contributing": "contributing cause", "culprit": "culprit"},
+    "zh": {"root": "根因", "contributing": "促成原因", "culprit": "具体对象"},
+}
+"""The report card's labels per language (the report itself is in the run's language)."""
+
+
+def _cause_line(label: str, cause: Any, culprit: str) -> str:
+    return f"  {label}: {cause.get('component')} / {cause.get('mechanism')}  {culprit}: {cause.get('culprit', '')}"
+
+
+def _print_content(content: dict[str, Any] | None, language: str = "en") -> None:
     if content is None:
         say("(no content: the run was cancelled)")
         return
@@ -244,9 +255,12 @@ def _print_content(content: dict[str, Any] | None) -> None:
         return
     body = content.get("report") or content.get("answer") or {}
     say(f"{kind}: {body.get('summary', '')}")
+    labels = _CARD_LABELS.get(language, _CARD_LABELS["en"])
     rc = body.get("root_cause")
     if rc:
-        say(f"  root cause: {rc['component']} / {rc['mechanism']}  culprit: {rc.get('culprit', '')}")
+        say(_cause_line(labels["root"], rc, labels["culprit"]))
+    for cause in body.get("contributing_causes") or []:
+        say(_cause_line(labels["contributing"], cause, labels["culprit"]))
     for c in body.get("claims", []):
         say(f"  [{c['kind']}] {c['text'][:200]}")
     for r in body.get("recovery", []):
@@ -303,7 +317,7 @@ def diagnose(
     if as_json:
         emit_json(out.public())
     else:
-        _print_content(out.content)
+        _print_content(out.content, out.language)
         ai = out.aiops_rule_evaluation
         if ai is not None:
             failed = [f"{c['rule']} ({c['detail']})" for c in ai["checks"] if not c["passed"]]
@@ -324,7 +338,7 @@ def demo(as_json: JsonOpt = False) -> None:
             results.append({"scenario": sid, **out.public()})
             if not as_json:
                 say(f"\n# {sid}: {q or sc.question}")
-                _print_content(out.content)
+                _print_content(out.content, out.language)
                 say(f"  status={out.status} release_outcome={out.release_outcome} run_id={out.run_id}")
     if as_json:
         emit_json({"runs": results})

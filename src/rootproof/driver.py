@@ -77,6 +77,8 @@ class RunOutcome:
     outcomes: list[ToolOutcome] = field(default_factory=list)
     loop_end: str | None = None
     alert: AlertPayload | None = None
+    language: str = "en"
+    """The run's language (en | zh): what its content is written in."""
     aiops_rule_evaluation: dict[str, Any] | None = None
     """Alert mode only: `self_evaluation.aiops_rule_evaluation`."""
 
@@ -121,7 +123,7 @@ class RunDriver:
         self.ctx = ctx
         self.record = record
         self.events = events
-        self.out = RunOutcome(run_id=ctx.run_id, session_id=ctx.session_id, status="", release_outcome="", content=None, route="")
+        self.out = RunOutcome(run_id=ctx.run_id, session_id=ctx.session_id, status="", release_outcome="", content=None, route="", language=ctx.language)
 
     # -- the run ---------------------------------------------------------------------------
     def run(self, plan: RunPlan) -> None:
@@ -242,6 +244,10 @@ class RunDriver:
                 return
         if decision.release_outcome == "PUBLISHED" and loop.draft.root_cause is not None:
             record.conclusion = loop.draft.root_cause.model_dump(mode="json", exclude={"claim_ids"})
+            if loop.draft.contributing_causes:
+                record.conclusion["contributing_causes"] = [
+                    c.model_dump(mode="json", exclude={"claim_ids"}) for c in loop.draft.contributing_causes
+                ]
         ctx.advance(RunState.RELEASING)
         self.emit_content(decision.content, decision.release_outcome, decision.fallback_type)
 

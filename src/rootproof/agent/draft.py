@@ -20,6 +20,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     WithJsonSchema,
+    model_validator,
 )
 
 from rootproof.taxonomy import BUILTIN_TAXONOMY, LabelKind, Risk, Taxonomy, is_namespaced
@@ -28,6 +29,7 @@ __all__ = [
     "ANSWER_VERSION",
     "MAX_CITATIONS_PER_CLAIM",
     "MAX_CLAIMS",
+    "MAX_CONTRIBUTING_CAUSES",
     "MAX_DRAFT_BYTES",
     "Citation",
     "Claim",
@@ -43,6 +45,7 @@ __all__ = [
 ANSWER_VERSION = "diagnosis_draft_v1"
 MAX_CLAIMS = 12
 MAX_CITATIONS_PER_CLAIM = 8
+MAX_CONTRIBUTING_CAUSES = 3
 MAX_DRAFT_BYTES = 64 * 1024
 
 
@@ -110,7 +113,7 @@ class Claim(_Model):
 
 
 class RootCause(_Model):
-    """The root cause, from the taxonomy."""
+    """The root cause (or a contributing cause), from the taxonomy."""
 
     component: ComponentLabel
     mechanism: MechanismLabel
@@ -153,12 +156,34 @@ class DiagnosisDraft(_Model):
     answer_version: Literal["diagnosis_draft_v1"] = "diagnosis_draft_v1"
     summary: str = Field(max_length=4000)
     root_cause: RootCause | None = None
+    contributing_causes: list[RootCause] = Field(
+        default_factory=list,
+        max_length=MAX_CONTRIBUTING_CAUSES,
+        description="Further independent causes of a compositional incident, each proven like the root cause; only with a root_cause.",
+    )
     claims: list[Claim] = Field(default_factory=list, max_length=MAX_CLAIMS)
     hypotheses: list[Hypothesis] = Field(default_factory=list, max_length=20)
     plan: list[PlanStep] = Field(default_factory=list, max_length=30)
     recovery: list[RecoveryProposal] = Field(default_factory=list, max_length=10)
     limitations: list[str] = Field(default_factory=list, max_length=20)
     next_steps: list[str] = Field(default_factory=list, max_length=20)
+
+    @model_validator(mode="after")
+    def _causes_distinct(self) -> DiagnosisDraft:
+        if self.contributing_causes and self.root_cause is None:
+            raise ValueError("contributing_causes need a root_cause (leave them empty without one)")
+        seen = [(self.root_cause.component, self.root_cause.mechanism)] if self.root_cause else []
+        for i, cause in enumerate(self.contributing_causes):
+            pair = (cause.component, cause.mechanism)
+            if pair in seen:
+                what = "the root cause" if seen.index(pair) == 0 else f"contributing_causes[{seen.index(pair) - 1}]"
+                raise ValueError(f"contributing_causes[{i}] repeats {what} ({pair[0]}/{pair[1]})")
+            seen.append(pair)
+        return self
+
+    def causes(self) -> list[RootCause]:
+        """The root cause and the contributing causes (empty without a root cause)."""
+        return [self.root_cause, *self.contributing_causes] if self.root_cause is not None else []
 
 
 _BASE_SCHEMA = DiagnosisDraft.model_json_schema()
@@ -197,5 +222,7 @@ def parse_draft(raw: dict[str, Any] | str, taxonomy: Taxonomy | None = None) -> 
     try:
         return DiagnosisDraft.model_validate(raw, context={"taxonomy": taxonomy}), None
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else str(e["msg"]) for e in exc.errors()[:5]
+        )
         return None, f"draft does not match diagnosis_draft_v1: {problems}"

@@ -6,7 +6,7 @@ import copy
 import dataclasses
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -485,6 +485,7 @@ def _cause_invented(claim: dict[str, Any], case: BenchCase, ctx: _Ctx) -> str | 
     allowed = set()
     if case.draft.get("root_cause"):
         allowed.add(case.draft["root_cause"]["mechanism"])
+    allowed |= {c["mechanism"] for c in case.draft.get("contributing_causes") or []}
     allowed |= {h["mechanism"] for h in case.draft.get("hypotheses") or []}
     prem = _premise(claim).casefold()
     causes = [c for c in _INVENTED_CAUSES if c[0] not in allowed and c[0].split("_")[0] not in prem]
@@ -700,6 +701,192 @@ def _m_not_discriminated(
     return None
 
 
+# -- contributing causes: each mutation adds one, broken in one way; the root cause stays as published --
+
+
+def _fresh_id(d: Draft, prefix: str = "k") -> str:
+    taken = {c["id"] for c in d["claims"]}
+    return next(f"{prefix}{n}" for n in range(1, 100) if f"{prefix}{n}" not in taken)
+
+
+def _other_cause(
+    d: Draft, rng: random.Random, components: Collection[str] | None = None
+) -> tuple[str, str, str, str]:
+    """A cause (component, mechanism, en, zh) other than the draft's root cause (of `components` when any fits)."""
+    rc = d.get("root_cause") or {}
+    others = [a for a in _ALTERNATIVES if (a[0], a[1]) != (rc.get("component"), rc.get("mechanism"))]
+    fitting = [a for a in others if components and a[0] in components]
+    return rng.choice(fitting or others)
+
+
+def _contributing_text(language: str, cause: tuple[str, str, str, str], ex: str) -> str:
+    return (
+        f"促成原因（{cause[3]}）：“{ex}”" if language == "zh" else f'Contributing cause ({cause[2]}): "{ex}"'
+    )
+
+
+def _add_contributing(d: Draft, cause: tuple[str, str, str, str], claims: list[dict[str, Any]]) -> list[str]:
+    """Append `claims` (fresh ids) and a contributing cause resting on them; return their ids."""
+    ids = []
+    for cl in claims:
+        cl["id"] = _fresh_id(d)
+        d["claims"].append(cl)
+        ids.append(cl["id"])
+    d.setdefault("contributing_causes", []).append(
+        {"component": cause[0], "mechanism": cause[1], "culprit": "", "claim_ids": list(ids)}
+    )
+    return ids
+
+
+def _root_cause_refs(d: Draft) -> set[tuple[str, str]]:
+    rc = d.get("root_cause") or {}
+    return {
+        (cit["invocation_id"], cit["raw_path"])
+        for c in d["claims"]
+        if c["id"] in rc.get("claim_ids", []) or c["kind"] == "root_cause"
+        for cit in c["citations"]
+    }
+
+
+def _contributing_base(case: BenchCase, extra_claims: int = 1) -> Draft | None:
+    """A copy of a published draft with a root cause and room for the new claims, else None."""
+    if not case.draft.get("root_cause") or case.run.mock:
+        return None
+    if len(case.draft["claims"]) + extra_claims > 12:
+        return None
+    return copy.deepcopy(case.draft)
+
+
+def _m_contributing_knowledge_only(
+    case: BenchCase, ctx: _Ctx
+) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    """A contributing cause citing only a knowledge card."""
+    knowledge = _knowledge_refs(case.run)
+    d = _contributing_base(case)
+    if d is None or not knowledge:
+        return None
+    inv, ref = ctx.rng.choice(knowledge)
+    ex = choose_excerpt(inv, ref, ctx.rng)
+    cause = _other_cause(d, ctx.rng)
+    claim = {
+        "id": "",
+        "text": _contributing_text(case.language, cause, ex),
+        "kind": "finding",
+        "citations": [_cite(inv, ref, ex)],
+    }
+    return d, _add_contributing(d, cause, [claim])[0], None
+
+
+def _m_contributing_mock_only(
+    case: BenchCase, ctx: _Ctx
+) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    """A contributing cause citing only a ref the snapshot marks mock (the root cause cites none of them)."""
+    d = _contributing_base(case)
+    if d is None:
+        return None
+    taken = _root_cause_refs(d)
+    refs = [(i, r) for i, r in _countable_refs(case.run) if (i.invocation_id, r.raw_path) not in taken]
+    if not refs:
+        return None
+    inv, ref = ctx.rng.choice(refs)
+    store = _copy_run_store(case.run)
+    marked = store.get(inv.invocation_id)
+    assert marked is not None
+    marked.evidence_refs = [
+        dataclasses.replace(r, data_source="mock") if r.raw_path == ref.raw_path else r
+        for r in marked.evidence_refs
+    ]
+    ex = _outside_excerpt(inv, ref, ctx.rng)
+    cause = _other_cause(d, ctx.rng, observed_components(inv.tool_name, _kind_of(inv), ref.text))
+    claim = {
+        "id": "",
+        "text": _contributing_text(case.language, cause, ex),
+        "kind": "finding",
+        "citations": [_cite(inv, ref, ex)],
+    }
+    return d, _add_contributing(d, cause, [claim])[0], store
+
+
+def _m_contributing_injected(
+    case: BenchCase, ctx: _Ctx
+) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    """A contributing cause resting only on tool output that tells the reader the root cause."""
+    flagged = [
+        (inv, r)
+        for inv in case.run.ready()
+        for r in inv.evidence_refs
+        if r.instruction_like and r.data_source != "knowledge"
+    ]
+    d = _contributing_base(case)
+    if d is None or not flagged:
+        return None
+    inv, ref = ctx.rng.choice(flagged)
+    msg = _message_part(inv, ref)
+    label = next(((c, m) for t, c, m in _INJECTIONS if t in msg), None)
+    rc = d["root_cause"]
+    if label is None or label == (rc["component"], rc["mechanism"]):
+        cause = _other_cause(d, ctx.rng)
+    else:
+        cause = next(
+            (a for a in _ALTERNATIVES if (a[0], a[1]) == label),
+            (*label, label[1].replace("_", " "), label[1]),
+        )
+    ex = msg.strip()
+    claim = {
+        "id": "",
+        "text": _contributing_text(case.language, cause, ex),
+        "kind": "finding",
+        "citations": [_cite(inv, ref, ex)],
+    }
+    return d, _add_contributing(d, cause, [claim])[0], None
+
+
+def _m_contributing_uncorroborated(
+    case: BenchCase, ctx: _Ctx
+) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    """A contributing cause resting on one record (one ref, perhaps quoted twice), from its own component."""
+    refs = _countable_refs(case.run)
+    d = _contributing_base(case, extra_claims=2)
+    if d is None or not refs:
+        return None
+    inv, ref = ctx.rng.choice(refs)
+    ex = _outside_excerpt(inv, ref, ctx.rng)
+    cause = _other_cause(d, ctx.rng, observed_components(inv.tool_name, _kind_of(inv), ref.text))
+    claims: list[dict[str, Any]] = [
+        {
+            "id": "",
+            "text": _contributing_text(case.language, cause, ex),
+            "kind": "finding",
+            "citations": [_cite(inv, ref, ex)],
+        }
+    ]
+    if ctx.rng.random() < 0.5:
+        again = ("同一条记录：“{ex}”" if case.language == "zh" else 'The same record: "{ex}"').format(ex=ex)
+        claims.append({"id": "", "text": again, "kind": "finding", "citations": [_cite(inv, ref, ex)]})
+    return d, _add_contributing(d, cause, claims)[0], None
+
+
+def _m_contributing_claim_ref_unknown(
+    case: BenchCase, ctx: _Ctx
+) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    """A contributing cause resting on the root cause's claims and one claim id the draft does not have."""
+    d = _contributing_base(case, extra_claims=0)
+    if d is None:
+        return None
+    rc = d["root_cause"]
+    cause = _other_cause(d, ctx.rng, {rc["component"]})
+    missing = _fresh_id(d, "x")
+    d.setdefault("contributing_causes", []).append(
+        {
+            "component": cause[0],
+            "mechanism": cause[1],
+            "culprit": "",
+            "claim_ids": [*rc["claim_ids"], missing],
+        }
+    )
+    return d, None, None
+
+
 MUTATORS: dict[str, Mutator] = {
     "fabricated_invocation_id": _m_fabricated,
     "foreign_invocation_id": _m_foreign,
@@ -723,6 +910,11 @@ MUTATORS: dict[str, Mutator] = {
     "root_cause_uncorroborated": _m_uncorroborated,
     "ruled_out_untested": _m_ruled_out_untested,
     "root_cause_not_discriminated": _m_not_discriminated,
+    "contributing_knowledge_only": _m_contributing_knowledge_only,
+    "contributing_mock_only": _m_contributing_mock_only,
+    "contributing_injected": _m_contributing_injected,
+    "contributing_uncorroborated": _m_contributing_uncorroborated,
+    "contributing_claim_ref_unknown": _m_contributing_claim_ref_unknown,
 }
 
 

@@ -51,6 +51,11 @@ MUTATIONS: dict[str, str] = {
     "unsupported_entity_swapped": "UNSUPPORTED",
     "unsupported_negation_flipped": "UNSUPPORTED",
     "unsupported_cause_invented": "UNSUPPORTED",
+    "contributing_knowledge_only": "ROOT_CAUSE_KNOWLEDGE_ONLY",
+    "contributing_mock_only": "ROOT_CAUSE_MOCK_ONLY",
+    "contributing_injected": "ROOT_CAUSE_INJECTED",
+    "contributing_uncorroborated": "ROOT_CAUSE_UNCORROBORATED",
+    "contributing_claim_ref_unknown": "CLAIM_REF_UNKNOWN",
 }
 """Mutation kind → the expected violation code (or UNSUPPORTED, the mutated claim's verdict)."""
 

@@ -135,6 +135,7 @@ def case_row(c: CaseResult) -> dict[str, Any]:
         "outcome": obs.release_outcome,
         "fallback_type": obs.fallback_type,
         "root_cause": s.root_cause,
+        "contributing_causes": list(s.contributing_causes),
         "dimensions": s.dimensions_dict(),
         "hard_gates": list(s.hard_gates),
         "tool_calls": len(obs.tool_audit),
@@ -287,11 +288,14 @@ def _released(obs: CaseObservation) -> str:
         )
     report = content.get("report") or {}
     rc = report.get("root_cause")
-    rc_html = (
-        f"{_e(rc.get('component'))} / {_e(rc.get('mechanism'))} — {_e(rc.get('culprit'))}"
-        if isinstance(rc, dict)
-        else "none (no fault found)"
-    )
+
+    def cause(c: dict[str, Any]) -> str:
+        return f"{_e(c.get('component'))} / {_e(c.get('mechanism'))} — {_e(c.get('culprit'))}"
+
+    rc_html = cause(rc) if isinstance(rc, dict) else "none (no fault found)"
+    contributing = [c for c in report.get("contributing_causes") or [] if isinstance(c, dict)]
+    if contributing:
+        rc_html += "</p><p><b>Contributing causes:</b> " + "; ".join(cause(c) for c in contributing)
     claims = "".join(
         f"<li><span class=pill>{_e(c.get('id'))} {_e(c.get('kind'))}</span>{_e(c.get('text'))}</li>"
         for c in report.get("claims") or []

@@ -5,14 +5,15 @@ Seed `003_*` §二 division, judged on what the user received and how the agent 
 | dimension | max | judged on |
 |---|---|---|
 | `result` (result & closure) | 20 | the run ended with content; a PUBLISHED report well-formed; for an `expected_outcome` scenario the outcome, fallback type and exact EvidenceGuard codes |
-| `root_cause` | 25 | component (10) and mechanism (15) of the PUBLISHED root cause; a fallback on a real fault, a red herring, or a root cause on a no-fault control scores 0 |
+| `root_cause` | 25 | component (10) and mechanism (15) of the PUBLISHED root cause (any label the ground truth lists); with contributing causes, each ground-truth cause is worth an equal share, named by the published root cause or contributing causes in any order; a fallback on a real fault, a red herring, or a root cause on a no-fault control scores 0 |
 | `evidence` (evidence & causal chain) | 20 | share of required evidence matched by refs cited by claims of the PUBLISHED draft (14) and alternatives ruled out (6) |
 | `process` (investigation) | 15 | a plan, `lookup_knowledge` and a runtime tool used, hypotheses differentiated |
 | `recovery` (recovery safety) | 15 | acceptable action, nothing forbidden, approval, verification, per the scenario's contract |
 | `efficiency` | 5 | tool calls within budget, no DUPLICATE_SCOPE refusal, at most one failed call |
 
-A published wrong root cause — a component or mechanism other than the ground truth's, a red
-herring, or any root cause on a no-fault control or where the expected outcome is a fallback —
+A published wrong root cause — a component or mechanism other than the ground truth's (or, with
+contributing causes, than any of its causes'), a red herring as the root cause or a contributing
+cause, or any root cause on a no-fault control or where the expected outcome is a fallback —
 fails its case: the points that depend on the diagnosis are not given (recovery, alternatives
 ruled out, hypotheses differentiated) and the score is capped at `WRONG_ROOT_CAUSE_CAP`, below
 the pass mark.
@@ -24,18 +25,20 @@ behaviour only, never a draft the guard withheld: `ground_truth_read`,
 
 A required-evidence `match` is satisfied by one cited ref of the named tool whose whole text
 (recomputed from the canonical invocation, not the excerpt) contains every match string after
-NFKC and case folding; `$.no_evidence` never satisfies it, and neither does a citation this
-module cannot verify on its own against the collected canonical data.
+NFKC and case folding (an `any_of` entry: by any one of its alternatives); `$.no_evidence` never
+satisfies it, and neither does a citation this module cannot verify on its own against the
+collected canonical data.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rootproof.agent.draft import parse_draft
-from rootproof.scenarios.types import GroundTruth, RequiredEvidence
+from rootproof.scenarios.types import GroundTruth, RequiredEvidence, RootCause
 from rootproof.taxonomy import recovery_policy
 from rootproof.tools.base import RUNTIME_TOOLS as _RUNTIME_TOOLS
 from rootproof.tools.refs import NO_EVIDENCE_PATH, fold_text, normalize_text
@@ -238,6 +241,8 @@ class CaseScore:
     """The PUBLISHED root cause {component, mechanism}, or None."""
     false_confident: bool
     """A published root cause that is wrong, or any published on a no-fault control."""
+    contributing_causes: list[dict[str, str]] = field(default_factory=list)
+    """The PUBLISHED contributing causes {component, mechanism}, in the report's order."""
     evidence_matched: list[str] = field(default_factory=list)
     alternatives_ruled_out: list[str] = field(default_factory=list)
 
@@ -252,12 +257,14 @@ class CaseScore:
 
 
 def _matches(req: RequiredEvidence, ref: CitedRef) -> bool:
+    """One of the entry's alternatives (its one tool and match, or an `any_of` item) holds in `ref`."""
     if ref.raw_path == NO_EVIDENCE_PATH or not ref.verified or ref.text is None:
         return False
-    if ref.canonical_tool != req.tool:
-        return False
     text = fold(ref.text)
-    return all(fold(m) in text for m in req.match)
+    return any(
+        ref.canonical_tool == option.tool and all(fold(m) in text for m in option.match)
+        for option in req.options
+    )
 
 
 def _matched_ids(truth: GroundTruth, refs: Iterable[CitedRef]) -> list[str]:
@@ -437,34 +444,111 @@ def _published_rc(obs: CaseObservation) -> dict[str, str] | None:
     return None
 
 
+def _published_contributing(obs: CaseObservation) -> list[dict[str, str]]:
+    report = obs.report
+    causes = report.get("contributing_causes") if report else None
+    return [
+        {"component": str(c.get("component")), "mechanism": str(c.get("mechanism"))}
+        for c in (causes if isinstance(causes, list) else [])
+        if isinstance(c, dict)
+    ]
+
+
+def _name(cause: Mapping[str, str]) -> str:
+    return f"{cause['component']}/{cause['mechanism']}"
+
+
+def _red_herring(truth: GroundTruth, cause: Mapping[str, str]) -> str | None:
+    """The red herring's description when `cause` names one."""
+    for rh in truth.red_herrings:
+        if (rh.component, rh.mechanism) == (cause["component"], cause["mechanism"]):
+            return rh.description
+    return None
+
+
+def _points(gt: RootCause, cause: Mapping[str, str] | None) -> int:
+    """Of 25: component (10) and mechanism (15) of a published cause against a ground-truth cause."""
+    if cause is None:
+        return 0
+    return 10 * (cause["component"] in gt.components) + 15 * (cause["mechanism"] in gt.mechanisms)
+
+
+def _assignment(
+    truth: GroundTruth, published: Sequence[Mapping[str, str]]
+) -> list[tuple[RootCause, Mapping[str, str] | None, int]]:
+    """Each ground-truth cause with the published cause that counts for it and its points (of 25).
+
+    Without contributing causes in the ground truth only the published root cause counts. With
+    them, each published cause (the root cause, then the contributing ones) counts for at most one
+    ground-truth cause, in the way that gives the most points (any order; ties keep the order).
+    """
+    causes = truth.causes
+    if not causes:
+        return []
+    if not truth.contributing_causes:
+        first = published[0] if published else None
+        return [(causes[0], first, _points(causes[0], first))]
+    best: tuple[int, int] | None = None
+    chosen: tuple[int, ...] = ()
+    # published[k] → the index of the ground-truth cause it counts for, or -1 (none).
+    for assign in itertools.product(range(-1, len(causes)), repeat=len(published)):
+        used = [g for g in assign if g >= 0]
+        if len(used) != len(set(used)):
+            continue
+        key = (
+            sum(_points(causes[g], published[k]) for k, g in enumerate(assign) if g >= 0),
+            sum(1 for k, g in enumerate(assign) if g == k),
+        )
+        if best is None or key > best:
+            best, chosen = key, assign
+    by_cause = {g: published[k] for k, g in enumerate(chosen) if g >= 0}
+    return [(c, by_cause.get(i), _points(c, by_cause.get(i))) for i, c in enumerate(causes)]
+
+
+def _all_named(truth: GroundTruth, published: Sequence[Mapping[str, str]]) -> bool:
+    found = _assignment(truth, published)
+    return bool(found) and all(points == 25 for _, _, points in found)
+
+
 def wrong_root_cause(truth: GroundTruth, obs: CaseObservation) -> str | None:
     """Why the published root cause is wrong (None when none is published or it is the right one).
 
-    Wrong: any root cause on a no-fault control or where the expected outcome is not a
-    published report; on a fault, a red herring or a component/mechanism other than the
-    ground truth's.
+    Wrong: any root cause (or contributing cause) on a no-fault control or where the expected
+    outcome is not a published report; on a fault, a red herring as the root cause or as a
+    contributing cause, or a root cause that is none of the ground truth's causes (its root
+    cause, or one of its contributing causes when it has any).
     """
     rc = _published_rc(obs)
+    extra = _published_contributing(obs)
+    if rc is None and not extra:
+        return None
+    also = f" and contributing cause(s) {', '.join(_name(c) for c in extra)}" if extra else ""
+    if not truth.fault:
+        if rc is None:
+            return f"no-fault control: published contributing cause(s) {', '.join(_name(c) for c in extra)}"
+        return f"no-fault control: published root cause {_name(rc)}{also}"
+    if truth.expected_outcome is not None and truth.expected_outcome.release_outcome != "PUBLISHED":
+        named = _name(rc) if rc is not None else ", ".join(_name(c) for c in extra)
+        return f"published root cause {named} where the expected outcome is {truth.expected_outcome.release_outcome}"
+    if rc is not None and (why := _red_herring(truth, rc)) is not None:
+        return f"published red herring {_name(rc)} ({why}) as the root cause"
+    for c in extra:
+        if (why := _red_herring(truth, c)) is not None:
+            return f"published red herring {_name(c)} ({why}) as a contributing cause"
     if rc is None:
         return None
-    name = f"{rc['component']}/{rc['mechanism']}"
-    if not truth.fault:
-        return f"no-fault control: published root cause {name}"
-    if truth.expected_outcome is not None and truth.expected_outcome.release_outcome != "PUBLISHED":
-        return f"published root cause {name} where the expected outcome is {truth.expected_outcome.release_outcome}"
-    for rh in truth.red_herrings:
-        if (rh.component, rh.mechanism) == (rc["component"], rc["mechanism"]):
-            return f"published red herring {name} ({rh.description}) as the root cause"
     gt = truth.root_cause
-    if gt is None or (rc["component"], rc["mechanism"]) != (gt.component, gt.mechanism):
-        want = f"{gt.component}/{gt.mechanism}" if gt else "none"
-        return f"published root cause {name}, expected {want}"
+    accepted = truth.causes if truth.contributing_causes else truth.causes[:1]
+    if gt is None or not any(c.accepts(rc["component"], rc["mechanism"]) for c in accepted):
+        want = " or ".join(c.label for c in accepted) if accepted else "none"
+        return f"published root cause {_name(rc)}, expected {want}"
     return None
 
 
 def _root_cause(truth: GroundTruth, obs: CaseObservation, expected_ok: bool | None) -> DimensionScore:
     d = DimensionScore(score=0, max=DIMENSIONS["root_cause"])
     rc = _published_rc(obs)
+    extra = _published_contributing(obs)
     if truth.expected_outcome is not None and truth.expected_outcome.release_outcome == "FALLBACK":
         if expected_ok:
             d.score = d.max
@@ -476,11 +560,13 @@ def _root_cause(truth: GroundTruth, obs: CaseObservation, expected_ok: bool | No
             )
         return d
     if not truth.fault:
-        if obs.published and rc is None:
+        if obs.published and rc is None and not extra:
             d.score = d.max
             d.reasons.append("no-fault control: published a report with no root cause")
         elif obs.published and rc is not None:
             d.reasons.append(f"no-fault control: named root cause {rc['component']}/{rc['mechanism']}")
+        elif obs.published:
+            d.reasons.append(f"no-fault control: named contributing cause(s) {', '.join(_name(c) for c in extra)}")
         else:
             d.reasons.append(f"no-fault control: nothing published ({obs.fallback_type})")
         return d
@@ -497,16 +583,42 @@ def _root_cause(truth: GroundTruth, obs: CaseObservation, expected_ok: bool | No
                 f"named red herring {rh.component}/{rh.mechanism} ({rh.description}) as the root cause"
             )
             return d
-    if rc["component"] == gt.component:
-        d.score += 10
-        d.reasons.append(f"component {rc['component']} correct")
+    for c in extra:
+        if (why := _red_herring(truth, c)) is not None:
+            d.reasons.append(f"named red herring {_name(c)} ({why}) as a contributing cause")
+            return d
+    published = [rc, *extra]
+    found = _assignment(truth, published)
+    if not truth.contributing_causes:
+        if rc["component"] in gt.components:
+            d.score += 10
+            d.reasons.append(f"component {rc['component']} correct")
+        else:
+            d.reasons.append(f"component {rc['component']}, expected {' or '.join(gt.components)}")
+        if rc["mechanism"] in gt.mechanisms:
+            d.score += 15
+            d.reasons.append(f"mechanism {rc['mechanism']} correct")
+        else:
+            d.reasons.append(f"mechanism {rc['mechanism']}, expected {' or '.join(gt.mechanisms)}")
     else:
-        d.reasons.append(f"component {rc['component']}, expected {gt.component}")
-    if rc["mechanism"] == gt.mechanism:
-        d.score += 15
-        d.reasons.append(f"mechanism {rc['mechanism']} correct")
-    else:
-        d.reasons.append(f"mechanism {rc['mechanism']}, expected {gt.mechanism}")
+        share = d.max / len(found)
+        of = f"{round(share, 2):g}"
+        for i, (cause, got, points) in enumerate(found):
+            what = "root cause" if i == 0 else "contributing cause"
+            d.score += share * points / 25
+            if got is None or points == 0:
+                d.reasons.append(f"{what} {cause.label} not named (0/{of})")
+                continue
+            where = "as the root cause" if got is rc else "as a contributing cause"
+            verdict = "named" if points == 25 else "component only" if points == 10 else "mechanism only"
+            earned = f"{round(share * points / 25, 2):g}"
+            d.reasons.append(f"{what} {cause.label}: {verdict} by {_name(got)} {where} ({earned}/{of})")
+    counted = {id(got) for _, got, points in found if got is not None and points}
+    unscored = [c for c in extra if id(c) not in counted]
+    if unscored:
+        d.reasons.append(
+            f"contributing cause(s) {', '.join(_name(c) for c in unscored)}: not in the ground truth, not scored"
+        )
     return d
 
 
@@ -691,6 +803,18 @@ def _efficiency(obs: CaseObservation) -> DimensionScore:
 # ---------------------------------------------------------------------------------------------
 
 
+def _not_named(truth: GroundTruth, rc: dict[str, str] | None, extra: list[dict[str, str]]) -> str:
+    """Why a published diagnosis misses the ground truth's causes (not wrong, but not right)."""
+    gt = truth.root_cause
+    if rc is None or gt is None:
+        return f"published {_name(rc) if rc else 'no root cause'}, expected {gt.label if gt else '?'}"
+    if not truth.contributing_causes:
+        return f"published {_name(rc)}, expected {gt.label}"
+    found = _assignment(truth, [rc, *extra])
+    missing = [c.label for c, _, points in found if points < 25]
+    return f"named {len(found) - len(missing)} of {len(found)} causes; not named: {', '.join(missing)}"
+
+
 def score_case(truth: GroundTruth, obs: CaseObservation) -> CaseScore:
     """Score one case: dimensions with reasons, hard gates, pass, failure class and trust flags."""
     if obs.error is not None:
@@ -731,6 +855,7 @@ def score_case(truth: GroundTruth, obs: CaseObservation) -> CaseScore:
     gates_found = hard_gates(truth, obs)
     gates = sorted({g for g, _ in gates_found})
     rc = _published_rc(obs)
+    extra = _published_contributing(obs)
 
     fails: list[tuple[str, str]] = []  # (class, reason), most decisive first
     if gates:
@@ -755,10 +880,8 @@ def score_case(truth: GroundTruth, obs: CaseObservation) -> CaseScore:
             )
         elif wrong is not None:
             fails.append(("wrong_root_cause", wrong))
-        elif rc is None or gt is None or (rc["component"], rc["mechanism"]) != (gt.component, gt.mechanism):
-            got = f"{rc['component']}/{rc['mechanism']}" if rc else "no root cause"
-            want = f"{gt.component}/{gt.mechanism}" if gt else "?"
-            fails.append(("wrong_root_cause", f"published {got}, expected {want}"))
+        elif rc is None or gt is None or not _all_named(truth, [rc, *extra]):
+            fails.append(("wrong_root_cause", _not_named(truth, rc, extra)))
         missing = [r.id for r in truth.required_evidence if r.id not in matched]
         if obs.published and missing:
             fails.append(
@@ -786,6 +909,7 @@ def score_case(truth: GroundTruth, obs: CaseObservation) -> CaseScore:
         failure_reasons=[r for _, r in fails],
         root_cause=rc,
         false_confident=false_confident,
+        contributing_causes=extra,
         evidence_matched=matched,
         alternatives_ruled_out=ruled,
     )

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from rootproof.agent.draft import DiagnosisDraft, parse_draft
+from rootproof.agent.draft import DiagnosisDraft, RootCause, parse_draft
 from rootproof.boundary.provenance import Span, record_key, untrusted_spans
 from rootproof.boundary.store import CanonicalStore, InvocationStatus
 from rootproof.evidence_sources import from_component, observes
@@ -192,6 +192,14 @@ class EvidenceGuard:
                     violations.append(
                         Violation(code=ViolationCode.CLAIM_REF_UNKNOWN, claim_id=cid, detail="root_cause")
                     )
+        for i, cause in enumerate(draft.contributing_causes):
+            for cid in cause.claim_ids:
+                if cid not in known:
+                    violations.append(
+                        Violation(
+                            code=ViolationCode.CLAIM_REF_UNKNOWN, claim_id=cid, detail=f"contributing_causes[{i}]"
+                        )
+                    )
         if root_cause_rules:
             violations.extend(self._claim_rules(draft, verified))
         sources: list[dict[str, str]] = []
@@ -295,61 +303,74 @@ class EvidenceGuard:
         )
 
     def _claim_rules(self, draft: DiagnosisDraft, verified: list[VerifiedCitation]) -> list[Violation]:
-        """What the root cause and the rule-outs assert, checked by code (EG-11..EG-13, EG-15..EG-17)."""
+        """What the root cause, each contributing cause and the rule-outs assert, checked by code
+        (EG-11..EG-13, EG-15..EG-17 for every cause; EG-16)."""
         out: list[Violation] = []
-        if draft.root_cause is not None:
-            provenance = self._root_cause_rules(draft, verified)
+        root_unsupported = False
+        for where, cause, claim_ids in _causes(draft):
+            cits = [c for c in verified if c.claim_id in claim_ids]
+            provenance = _provenance(cits, where)
             if provenance:
-                # The root cause has no runtime, non-mock, non-injected support at all: that one
-                # code says it (the seed story's only violation stays ROOT_CAUSE_MOCK_ONLY).
-                return provenance
-            rc_claims = set(draft.root_cause.claim_ids) | {
-                c.id for c in draft.claims if c.kind == "root_cause"
-            }
+                # The cause has no runtime, non-mock, non-injected support at all: that one code
+                # says it (the seed story's only violation stays ROOT_CAUSE_MOCK_ONLY).
+                out.extend(provenance)
+                root_unsupported |= where == ""
+                continue
             # Spans are recomputed from the verified text (never read from a recorded list), once per ref.
-            spans = {
-                id(c): untrusted_spans(c.tool_name, c.ref_text) for c in verified if c.claim_id in rc_claims
-            }
-            support = [
-                (c, spans[id(c)]) for c in verified if c.claim_id in rc_claims and _countable(c, spans[id(c)])
-            ]
-            out.extend(_uncorroborated(draft.root_cause.component, support))
+            spans = {id(c): untrusted_spans(c.tool_name, c.ref_text) for c in cits}
+            support = [(c, spans[id(c)]) for c in cits if _countable(c, spans[id(c)])]
+            found = _uncorroborated(cause.component, support)
             if self.cards is not None:
-                out.extend(
-                    _not_discriminated(
-                        draft.root_cause.component, draft.root_cause.mechanism, support, self.cards
-                    )
-                )
+                found.extend(_not_discriminated(cause.component, cause.mechanism, support, self.cards))
+            out.extend(_at(v, where) for v in found)
+        if root_unsupported:
+            return [v for v in out if v.code in _PROVENANCE]
         out.extend(_ruled_out_untested(draft, verified))
         return out
 
-    @staticmethod
-    def _root_cause_rules(draft: DiagnosisDraft, verified: list[VerifiedCitation]) -> list[Violation]:
-        assert draft.root_cause is not None
-        rc_claims = set(draft.root_cause.claim_ids) | {c.id for c in draft.claims if c.kind == "root_cause"}
-        cits = [c for c in verified if c.claim_id in rc_claims]
-        runtime = [c for c in cits if c.data_source != "knowledge"]
-        if any(c.data_source != "mock" and not c.instruction_like for c in runtime):
-            return []
-        if not runtime:
-            return [
-                Violation(
-                    code=ViolationCode.ROOT_CAUSE_KNOWLEDGE_ONLY,
-                    detail="no runtime citation backs the root cause",
-                )
-            ]
-        if all(c.data_source == "mock" for c in runtime):
-            return [
-                Violation(
-                    code=ViolationCode.ROOT_CAUSE_MOCK_ONLY, detail="the root cause rests only on mock data"
-                )
-            ]
-        return [
-            Violation(
-                code=ViolationCode.ROOT_CAUSE_INJECTED,
-                detail="the root cause rests only on instruction-like tool output",
-            )
-        ]
+
+_PROVENANCE = frozenset(
+    {
+        ViolationCode.ROOT_CAUSE_KNOWLEDGE_ONLY,
+        ViolationCode.ROOT_CAUSE_MOCK_ONLY,
+        ViolationCode.ROOT_CAUSE_INJECTED,
+    }
+)
+
+
+def _causes(draft: DiagnosisDraft) -> list[tuple[str, RootCause, set[str]]]:
+    """(where, cause, its claim ids) for the root cause ("" and its claim_ids plus the claims of
+    kind root_cause) and each contributing cause (`contributing_causes[i]` and its claim_ids only)."""
+    if draft.root_cause is None:
+        return []
+    root = set(draft.root_cause.claim_ids) | {c.id for c in draft.claims if c.kind == "root_cause"}
+    out = [("", draft.root_cause, root)]
+    for i, cause in enumerate(draft.contributing_causes):
+        out.append((f"contributing_causes[{i}] ({cause.component}/{cause.mechanism})", cause, set(cause.claim_ids)))
+    return out
+
+
+def _at(v: Violation, where: str) -> Violation:
+    """`v` with the contributing cause it concerns named in its detail (the root cause's stays as is)."""
+    return replace(v, detail=f"{where}: {v.detail}") if where else v
+
+
+def _provenance(cits: list[VerifiedCitation], where: str) -> list[Violation]:
+    """EG-11..EG-13 for one cause, given its verified citations."""
+    what = where or "the root cause"
+    runtime = [c for c in cits if c.data_source != "knowledge"]
+    if any(c.data_source != "mock" and not c.instruction_like for c in runtime):
+        return []
+    if not runtime:
+        return [Violation(code=ViolationCode.ROOT_CAUSE_KNOWLEDGE_ONLY, detail=f"no runtime citation backs {what}")]
+    if all(c.data_source == "mock" for c in runtime):
+        return [Violation(code=ViolationCode.ROOT_CAUSE_MOCK_ONLY, detail=f"{what} rests only on mock data")]
+    return [
+        Violation(
+            code=ViolationCode.ROOT_CAUSE_INJECTED,
+            detail=f"{what} rests only on instruction-like tool output",
+        )
+    ]
 
 
 # -- what the claims assert (EG-15..EG-17) -----------------------------------------------------------

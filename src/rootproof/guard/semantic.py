@@ -447,10 +447,12 @@ class SemanticGuard:
         self.judge = judge
 
     def check(self, draft: DiagnosisDraft, snapshot: VerifiedEvidenceSnapshot, *, question: str = "", tool_trace: list[dict[str, Any]] | None = None) -> SemanticResult:
-        """Verdict per claim; the guard never rewrites the draft."""
-        mechanisms = set()
-        if draft.root_cause is not None:
-            mechanisms.add(draft.root_cause.mechanism)
+        """Verdict per claim; the guard never rewrites the draft.
+
+        Every claim is judged, so the claims of the root cause and of each contributing cause
+        are each held to their own evidence; the causes' mechanisms are what the draft itself
+        investigates (a claim may name them)."""
+        mechanisms = {cause.mechanism for cause in draft.causes()}
         mechanisms |= {h.mechanism for h in draft.hypotheses}
         vocabulary: set[str] = set()
         for h in draft.hypotheses:

@@ -53,7 +53,8 @@ class RunRecord:
     """PUBLISHED | FALLBACK | NONE."""
     fallback_type: str | None = None
     conclusion: dict[str, Any] | None = None
-    """The published root cause {component, mechanism, culprit}, or None."""
+    """The published root cause {component, mechanism, culprit} (with `contributing_causes`, a list
+    of the same, when the report names any), or None."""
     content: dict[str, Any] | None = None
     """Exactly what the user received."""
     prompt_audit: dict[str, Any] | None = None

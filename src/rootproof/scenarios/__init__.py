@@ -14,6 +14,7 @@ from rootproof.scenarios.loader import (
 from rootproof.scenarios.types import (
     Alert,
     Alternative,
+    EvidenceMatch,
     ExpectedOutcome,
     GroundTruth,
     LogEntry,
@@ -32,6 +33,7 @@ from rootproof.scenarios.types import (
 __all__ = [
     "Alert",
     "Alternative",
+    "EvidenceMatch",
     "ExpectedOutcome",
     "GroundTruth",
     "LogEntry",

@@ -15,11 +15,13 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
+    Tag,
     ValidationError,
     ValidationInfo,
 )
@@ -102,6 +104,19 @@ def _label(kind: LabelKind) -> Callable[[str, ValidationInfo], str]:
         return value
 
     return check
+
+
+def _distinct_labels(value: list[str]) -> list[str]:
+    if not value:
+        raise ValueError("expected at least one label (or a single label)")
+    for i, label in enumerate(value):
+        if label in value[:i]:
+            raise ValueError(f"duplicate label {label!r}")
+    return value
+
+
+def _label_or_list(value: Any) -> str:
+    return "list" if isinstance(value, list) else "label"
 
 
 def _finite(value: int | float) -> int | float:
@@ -192,6 +207,17 @@ ToolName = Annotated[StrictStr, AfterValidator(_known("tool", TOOLS))]
 ComponentName = Annotated[StrictStr, AfterValidator(_label("component"))]
 MechanismName = Annotated[StrictStr, AfterValidator(_label("mechanism"))]
 ActionName = Annotated[StrictStr, AfterValidator(_label("recovery action"))]
+# A label, or a non-empty list of labels of which any is accepted (an ambiguous root cause).
+ComponentNames = Annotated[
+    Annotated[ComponentName, Tag("label")]
+    | Annotated[list[ComponentName], AfterValidator(_distinct_labels), Tag("list")],
+    Discriminator(_label_or_list),
+]
+MechanismNames = Annotated[
+    Annotated[MechanismName, Tag("label")]
+    | Annotated[list[MechanismName], AfterValidator(_distinct_labels), Tag("list")],
+    Discriminator(_label_or_list),
+]
 RowData = Annotated[dict[Any, Any], AfterValidator(_row)]
 TextMapping = Annotated[dict[Any, Any], AfterValidator(_text_mapping)]
 ScalarMapping = Annotated[dict[Any, Any], AfterValidator(_scalar_mapping)]
@@ -300,15 +326,23 @@ class _ExpectedOutcomeModel(_Model):
 
 
 class _RootCauseModel(_Model):
-    component: ComponentName
-    mechanism: MechanismName
+    component: ComponentNames
+    mechanism: MechanismNames
     culprit: StrictStr = ""
 
 
-class _RequiredEvidenceModel(_Model):
-    id: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
+class _EvidenceMatchModel(_Model):
     tool: ToolName
     match: Annotated[list[Text], Field(min_length=1)]
+
+
+class _RequiredEvidenceModel(_Model):
+    """`{id, tool, match}` or `{id, any_of: [{tool, match}, ...]}`; the loader checks it is one form."""
+
+    id: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
+    tool: ToolName | None = None
+    match: Annotated[list[Text], Field(min_length=1)] | None = None
+    any_of: Annotated[list[_EvidenceMatchModel], Field(min_length=1)] | None = None
 
 
 class _AlternativeModel(_Model):
@@ -334,6 +368,7 @@ class _RecoveryModel(_Model):
 class GroundTruthModel(_Model):
     fault: StrictBool
     root_cause: _RootCauseModel | None
+    contributing_causes: list[_RootCauseModel] = Field(default_factory=list)
     required_evidence: list[_RequiredEvidenceModel]
     expected_outcome: _ExpectedOutcomeModel | None = None
     alternatives: list[_AlternativeModel] = Field(default_factory=list)
@@ -377,6 +412,8 @@ def _data_path(data: Any, loc: tuple[str | int, ...], keep_last: bool) -> tuple[
         elif isinstance(node, list) and isinstance(elem, int) and elem < len(node):
             path.append(elem)
             node = node[elem]
+        elif isinstance(node, list) and isinstance(elem, str):
+            continue  # a union branch's tag (`list`): the list itself is the data
         else:
             break
     return tuple(path)

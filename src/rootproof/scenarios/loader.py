@@ -22,6 +22,8 @@ from rootproof.scenarios._schema import (
     ProvenanceModel,
     ResponsesModel,
     ScenarioModel,
+    _RequiredEvidenceModel,
+    _RootCauseModel,
     line_time,
     problem,
     slowlog_time,
@@ -30,6 +32,7 @@ from rootproof.scenarios._schema import (
 from rootproof.scenarios.types import (
     Alert,
     Alternative,
+    EvidenceMatch,
     ExpectedOutcome,
     GroundTruth,
     LogEntry,
@@ -206,6 +209,39 @@ def _scenario(m: ScenarioModel, responses: ToolResponses) -> Scenario:
     )
 
 
+def _cause(m: _RootCauseModel) -> RootCause:
+    components = tuple(m.component) if isinstance(m.component, list) else (m.component,)
+    mechanisms = tuple(m.mechanism) if isinstance(m.mechanism, list) else (m.mechanism,)
+    return RootCause(
+        component=components[0],
+        mechanism=mechanisms[0],
+        culprit=m.culprit,
+        components=components,
+        mechanisms=mechanisms,
+    )
+
+
+def _evidence(m: _RequiredEvidenceModel) -> RequiredEvidence:
+    if m.any_of is not None:
+        return RequiredEvidence(
+            id=m.id, any_of=tuple(EvidenceMatch(tool=o.tool, match=tuple(o.match)) for o in m.any_of)
+        )
+    return RequiredEvidence(id=m.id, tool=m.tool or "", match=tuple(m.match or ()))
+
+
+def _evidence_form(m: _RequiredEvidenceModel) -> tuple[str, str] | None:
+    """(field, what is wrong) when a required evidence is not exactly one of its two forms."""
+    if m.any_of is not None:
+        extra = [f for f in ("tool", "match") if getattr(m, f) is not None]
+        if extra:
+            return extra[0], "expected either tool and match, or any_of, not both"
+        return None
+    for f in ("tool", "match"):
+        if getattr(m, f) is None:
+            return f, "required field missing (or give any_of: a list of {tool, match} alternatives)"
+    return None
+
+
 def _ground_truth(doc: YamlDocument, m: GroundTruthModel, problems: list[str]) -> GroundTruth:
     def bad(path: tuple[str | int, ...], what: str) -> None:
         problems.append(problem(doc, path, what))
@@ -222,6 +258,9 @@ def _ground_truth(doc: YamlDocument, m: GroundTruthModel, problems: list[str]) -
                 f"duplicate id {ev.id!r} (also required_evidence[{ids[ev.id]}])",
             )
         ids.setdefault(ev.id, i)
+        form = _evidence_form(ev)
+        if form is not None:
+            bad(("required_evidence", i, form[0]), form[1])
     for i, alt in enumerate(m.alternatives):
         for j, ref in enumerate(alt.ruled_out_by):
             if ref not in ids:
@@ -230,10 +269,32 @@ def _ground_truth(doc: YamlDocument, m: GroundTruthModel, problems: list[str]) -
                     ("alternatives", i, "ruled_out_by", j),
                     f"unknown required_evidence id {ref!r} (expected one of: {known})",
                 )
-    if m.root_cause is not None:
+    rc = _cause(m.root_cause) if m.root_cause is not None else None
+    contributing = tuple(_cause(c) for c in m.contributing_causes)
+    if contributing and (not m.fault or rc is None):
+        bad(
+            ("contributing_causes",),
+            "expected [] "
+            + ("when fault is false" if not m.fault else "without a root_cause")
+            + " (contributing causes go with a root cause)",
+        )
+    if rc is not None:
         for i, rh in enumerate(m.red_herrings):
-            if (rh.component, rh.mechanism) == (m.root_cause.component, m.root_cause.mechanism):
+            if rc.accepts(rh.component, rh.mechanism):
                 bad(("red_herrings", i), "a red herring cannot be the root cause itself")
+        for i, cause in enumerate(contributing):
+            if cause.overlaps(rc):
+                bad(("contributing_causes", i), f"duplicates the root cause ({rc.label})")
+                continue
+            twin = next((j for j in range(i) if contributing[j].overlaps(cause)), None)
+            if twin is not None:
+                bad(("contributing_causes", i), f"duplicates contributing_causes[{twin}] ({cause.label})")
+            for j, rh in enumerate(m.red_herrings):
+                if cause.accepts(rh.component, rh.mechanism):
+                    bad(
+                        ("contributing_causes", i),
+                        f"a contributing cause cannot be a red herring (red_herrings[{j}] is {rh.component}/{rh.mechanism})",
+                    )
     both = set(m.recovery.acceptable) & set(m.recovery.forbidden)
     if both:
         bad(("recovery", "forbidden"), f"actions both acceptable and forbidden: {', '.join(sorted(both))}")
@@ -252,7 +313,6 @@ def _ground_truth(doc: YamlDocument, m: GroundTruthModel, problems: list[str]) -
     approval = rec.requires_approval
     if approval is None:
         approval = [a for a in rec.acceptable if recovery_policy(a)[1]]
-    rc = m.root_cause
     return GroundTruth(
         fault=m.fault,
         expected_outcome=(
@@ -264,12 +324,9 @@ def _ground_truth(doc: YamlDocument, m: GroundTruthModel, problems: list[str]) -
             if eo is not None
             else None
         ),
-        root_cause=RootCause(component=rc.component, mechanism=rc.mechanism, culprit=rc.culprit)
-        if rc
-        else None,
-        required_evidence=tuple(
-            RequiredEvidence(id=e.id, tool=e.tool, match=tuple(e.match)) for e in m.required_evidence
-        ),
+        root_cause=rc,
+        contributing_causes=contributing,
+        required_evidence=tuple(_evidence(e) for e in m.required_evidence),
         alternatives=tuple(
             Alternative(component=a.component, mechanism=a.mechanism, ruled_out_by=tuple(a.ruled_out_by))
             for a in m.alternatives
@@ -412,14 +469,15 @@ def _read_ground_truth(
     truth = _ground_truth(doc, m, problems)
     if allowed_tools is not None:
         for i, ev in enumerate(m.required_evidence):
-            if ev.tool not in allowed_tools:
-                problems.append(
-                    problem(
-                        doc,
-                        ("required_evidence", i, "tool"),
-                        f"{ev.tool!r} is not in scenario.yaml allowed_tools",
-                    )
-                )
+            tools: list[tuple[tuple[str | int, ...], str | None]] = [
+                (("required_evidence", i, "tool"), ev.tool)
+            ]
+            tools += [
+                (("required_evidence", i, "any_of", j, "tool"), o.tool) for j, o in enumerate(ev.any_of or [])
+            ]
+            for path, tool in tools:
+                if tool is not None and tool not in allowed_tools:
+                    problems.append(problem(doc, path, f"{tool!r} is not in scenario.yaml allowed_tools"))
     return truth if len(problems) == before else None
 
 

@@ -10,6 +10,7 @@ from typing import Any, Literal
 __all__ = [
     "Alert",
     "Alternative",
+    "EvidenceMatch",
     "ExpectedOutcome",
     "GroundTruth",
     "LogEntry",
@@ -151,20 +152,68 @@ class ExpectedOutcome:
 
 @dataclass(frozen=True, kw_only=True)
 class RootCause:
-    """The right root cause."""
+    """The right root cause (or one contributing cause): any of its labels is accepted."""
 
     component: str
+    """The first accepted component (how scores name it)."""
     mechanism: str
+    """The first accepted mechanism."""
     culprit: str
+    components: tuple[str, ...] = ()
+    """Every accepted component, `component` first (default: just `component`)."""
+    mechanisms: tuple[str, ...] = ()
+    """Every accepted mechanism, `mechanism` first (default: just `mechanism`)."""
+
+    def __post_init__(self) -> None:
+        if not self.components:
+            object.__setattr__(self, "components", (self.component,))
+        if not self.mechanisms:
+            object.__setattr__(self, "mechanisms", (self.mechanism,))
+
+    def accepts(self, component: str, mechanism: str) -> bool:
+        """A published (component, mechanism) names this cause."""
+        return component in self.components and mechanism in self.mechanisms
+
+    def overlaps(self, other: RootCause) -> bool:
+        """Some (component, mechanism) names both causes."""
+        return bool(set(self.components) & set(other.components)) and bool(
+            set(self.mechanisms) & set(other.mechanisms)
+        )
+
+    @property
+    def label(self) -> str:
+        """`component/mechanism`, alternatives in parentheses (`postgresql/(disk_full|storage_full)`)."""
+
+        def part(labels: tuple[str, ...]) -> str:
+            return labels[0] if len(labels) == 1 else f"({'|'.join(labels)})"
+
+        return f"{part(self.components)}/{part(self.mechanisms)}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvidenceMatch:
+    """One way to match a required evidence: all `match` strings in one cited ref of `tool`."""
+
+    tool: str
+    match: tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
 class RequiredEvidence:
-    """Evidence a published draft must cite: all `match` strings in one cited ref of `tool`."""
+    """Evidence a published draft must cite: all `match` strings in one cited ref of `tool`, or,
+    written as `any_of`, any one of several such alternatives."""
 
     id: str
-    tool: str
-    match: tuple[str, ...]
+    tool: str = ""
+    """The tool of the single form (empty when `any_of` is given)."""
+    match: tuple[str, ...] = ()
+    any_of: tuple[EvidenceMatch, ...] = ()
+    """The alternatives of the `any_of` form (empty for the single form)."""
+
+    @property
+    def options(self) -> tuple[EvidenceMatch, ...]:
+        """The ways it can be matched: the `any_of` alternatives, else its one tool and match."""
+        return self.any_of or (EvidenceMatch(tool=self.tool, match=self.match),)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,3 +258,11 @@ class GroundTruth:
     alternatives: tuple[Alternative, ...]
     red_herrings: tuple[RedHerring, ...]
     recovery: Recovery
+    contributing_causes: tuple[RootCause, ...] = ()
+    """Further independent causes of a compositional incident: a right diagnosis names the root
+    cause and each of these (as its root cause or its contributing causes, in any order)."""
+
+    @property
+    def causes(self) -> tuple[RootCause, ...]:
+        """The root cause and the contributing causes (empty without a root cause)."""
+        return (self.root_cause, *self.contributing_causes) if self.root_cause is not None else ()

@@ -129,6 +129,7 @@ DRAFT_ARRAY_BOUNDS: dict[str, int] = {
     "citations": 4,
     "claim_ids": 6,
     "hypotheses": 6,
+    "contributing_causes": 3,
     "recovery": 4,
     "limitations": 5,
     "next_steps": 5,
@@ -150,7 +151,7 @@ def compact_draft_schema(taxonomy: Taxonomy | None = None) -> dict[str, Any]:
     left out (it defaults to empty)."""
     tax = taxonomy or BUILTIN_TAXONOMY
 
-    defs = {
+    defs: dict[str, Any] = {
         "component": {"type": "string", "enum": list(tax.values("component"))},
         "mechanism": {"type": "string", "enum": list(tax.values("mechanism"))},
         "action": {"type": "string", "enum": list(tax.values("recovery action"))},
@@ -191,22 +192,23 @@ def compact_draft_schema(taxonomy: Taxonomy | None = None) -> dict[str, Any]:
         },
         "required": ["statement", "component", "mechanism", "status", "claim_ids"],
     }
+    # The root-cause object is written once under $defs: the root cause and each contributing
+    # cause refer to it, so the second use adds a few bytes to the grammar, not a second copy.
+    defs["cause"] = {
+        "type": "object",
+        "properties": {
+            "component": enum("component"),
+            "mechanism": enum("mechanism"),
+            "culprit": _str("session, pid, host, query or config line"),
+            "claim_ids": _strings(DRAFT_ARRAY_BOUNDS["claim_ids"]),
+        },
+        "required": ["component", "mechanism", "culprit", "claim_ids"],
+    }
     root_cause = {
-        "anyOf": [
-            {
-                "type": "object",
-                "properties": {
-                    "component": enum("component"),
-                    "mechanism": enum("mechanism"),
-                    "culprit": _str("session, pid, host, query or config line"),
-                    "claim_ids": _strings(DRAFT_ARRAY_BOUNDS["claim_ids"]),
-                },
-                "required": ["component", "mechanism", "culprit", "claim_ids"],
-            },
-            {"type": "null"},
-        ],
+        "anyOf": [{"$ref": "#/$defs/cause"}, {"type": "null"}],
         "description": "null unless the evidence clearly favours it",
     }
+    contributing = _array({"$ref": "#/$defs/cause"}, DRAFT_ARRAY_BOUNDS["contributing_causes"])
     recovery = {
         "type": "object",
         "properties": {
@@ -226,6 +228,7 @@ def compact_draft_schema(taxonomy: Taxonomy | None = None) -> dict[str, Any]:
             "claims": _array(claim, DRAFT_ARRAY_BOUNDS["claims"]),
             "hypotheses": _array(hypothesis, DRAFT_ARRAY_BOUNDS["hypotheses"]),
             "root_cause": root_cause,
+            "contributing_causes": contributing,
             "recovery": _array(recovery, DRAFT_ARRAY_BOUNDS["recovery"]),
             "limitations": _strings(DRAFT_ARRAY_BOUNDS["limitations"]),
             "next_steps": _strings(DRAFT_ARRAY_BOUNDS["next_steps"]),

@@ -108,7 +108,7 @@ def scenario_target(scenario: Scenario, truth: GroundTruth, data: dict[str, Any]
     the most entries (its loudest log file); and the span of that service's entries inside
     the default window."""
     entries = _log_entries(data)
-    required = [r for r in truth.required_evidence if r.tool == "query_logs"]
+    required = [o for r in truth.required_evidence for o in r.options if o.tool == "query_logs"]
 
     def text(e: dict[str, Any]) -> str:
         return fold_text(
@@ -276,7 +276,12 @@ def _verdict(case: MutantCase) -> dict[str, Any]:
         published_root_cause=published,
         expected_root_cause=expected,
         false_confident=score.false_confident,
-        survived=bool(truth.fault and expected is not None and published == expected),
+        survived=bool(
+            truth.fault
+            and gt is not None
+            and score.root_cause is not None
+            and gt.accepts(score.root_cause["component"], score.root_cause["mechanism"])
+        ),
     )
     if obs.ground_truth_reads:
         row["ground_truth_reads"] = list(obs.ground_truth_reads)
