@@ -103,7 +103,7 @@ class _Args(BaseModel):
 
 class _Windowed(_Args):
     since: str = Field(
-        default="30m", description="Window ending at the run's clock: 30m, 2h, 90s, 1d (max 7d).", max_length=32
+        default="30m", description="Window ending now: 30m, 2h, 1d (max 7d).", max_length=32
     )
 
     @field_validator("since")
@@ -225,8 +225,7 @@ TOOLS: dict[str, ToolDefinition] = {
     for t in (
         ToolDefinition(
             name="lookup_knowledge",
-            description="Search troubleshooting knowledge cards. Generic knowledge: it can explain and suggest "
-            "what to check, never prove what happened in this incident.",
+            description="Search troubleshooting knowledge cards: what to check, never proof of this incident.",
             args_model=LookupKnowledgeArgs,
             backend="knowledge",
             sequential=True,
@@ -245,9 +244,8 @@ TOOLS: dict[str, ToolDefinition] = {
         ),
         ToolDefinition(
             name="inspect_postgres",
-            description="Inspect PostgreSQL: activity (pg_stat_activity), locks (pg_locks with blocking_pids), "
-            "settings, database_stats, replication, top_queries (pg_stat_statements), "
-            "load by wait_events, load_by_user, load_by_host, log.",
+            description="Inspect PostgreSQL: activity (pg_stat_activity), locks (with blocking_pids), "
+            "top_queries (pg_stat_statements), load by wait event, user or host, settings, stats, replication, log.",
             args_model=InspectPostgresArgs,
             backend="postgres",
         ),

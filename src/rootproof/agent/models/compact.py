@@ -204,10 +204,8 @@ def compact_draft_schema(taxonomy: Taxonomy | None = None) -> dict[str, Any]:
         },
         "required": ["component", "mechanism", "culprit", "claim_ids"],
     }
-    root_cause = {
-        "anyOf": [{"$ref": "#/$defs/cause"}, {"type": "null"}],
-        "description": "null unless the evidence clearly favours it",
-    }
+    # When root_cause is null is the prompt's rule 5 (not repeated here: the first prompt's budget).
+    root_cause = {"anyOf": [{"$ref": "#/$defs/cause"}, {"type": "null"}]}
     contributing = _array({"$ref": "#/$defs/cause"}, DRAFT_ARRAY_BOUNDS["contributing_causes"])
     recovery = {
         "type": "object",
