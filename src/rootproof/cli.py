@@ -537,6 +537,37 @@ def scenarios_validate(ref: Annotated[str | None, typer.Argument(help="A scenari
     err.print("all scenarios valid")
 
 
+import_app = typer.Typer(help="Import other projects' incident cases as scenario folders.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
+
+
+@import_app.command("opensre")
+@guarded
+def import_opensre(
+    src: Annotated[Path, typer.Argument(help="An OpenSRE case folder (tests/synthetic/rds_postgres/<case>), or a folder of them.")],
+    out: Annotated[Path, typer.Argument(help="Where to write one scenario folder per case (opensre-<case>).")],
+    base: Annotated[Path | None, typer.Option("--base", help="Where base cases (scenario.yml `base:`) are looked up (default: next to each case).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace scenario folders that already exist in OUT.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Convert OpenSRE's synthetic RDS cases into scenario folders (docs/importing.md)."""
+    from rootproof.scenarios.importers import ImportLimits
+    from rootproof.scenarios.importers import import_opensre as run_import
+
+    limits = ImportLimits(file_bytes=load_settings().max_scenario_file_bytes)
+    result = run_import(src, out, base_dir=base, force=force, limits=limits)
+    if as_json:
+        emit_json(result.as_dict())
+        return
+    for c in result.cases:
+        counts = ", ".join(f"{n} {k}" for k, n in c.counts.items() if n)
+        inherits = f" (base {', '.join(c.bases)})" if c.bases else ""
+        say(f"{c.id}: from {c.case}{inherits}: {counts or 'no evidence'}")
+    for w in result.warnings:  # one line each, unwrapped
+        print(terminal_safe(f"warning: {w}"), file=sys.stderr)
+    status(f"{len(result.cases)} case(s) converted into {result.out}")
+
+
 targets_app = typer.Typer(help="Targets files: what a live run may look at.", no_args_is_help=True)
 app.add_typer(targets_app, name="targets")
 

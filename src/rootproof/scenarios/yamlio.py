@@ -51,6 +51,7 @@ __all__ = [
     "load_yaml",
     "parse_yaml",
     "parse_yaml_values",
+    "plain_is_text",
     "read_capped",
 ]
 
@@ -100,6 +101,14 @@ _Loader.add_implicit_resolver(
 )
 _Loader.add_implicit_resolver("tag:yaml.org,2002:timestamp", _TIMESTAMP, list("0123456789"))
 _Loader.add_implicit_resolver("tag:yaml.org,2002:merge", re.compile(r"^(?:<<)$"), ["<"])
+
+
+def plain_is_text(text: str) -> bool:
+    """Whether `text`, written as a plain (unquoted) scalar, reads back as that text here (and is
+    not taken for a boolean, number, null or timestamp by this module's YAML 1.2 resolvers).
+    For writers: PyYAML's dumper quotes by YAML 1.1 and would leave `1e5` or `0o17` plain."""
+    tag = _Loader.resolve(_Loader, ScalarNode, text, (True, False))
+    return bool(tag == _STR)
 
 
 def _construct_int(loader: yaml.SafeLoader, node: Node) -> int:
