@@ -100,7 +100,9 @@ def _word_runs(claim: str, message: str) -> list[_Cand]:
         best = ""
         for j in range(len(words), i + 1, -1):  # longest run starting at i first
             run = words[i:j]
-            while run and run[-1].lower() in _STOP:  # a run ends on a content word
+            if run[0].lower() in _STOP:  # a run starts and ends on a word that says something
+                break
+            while run and run[-1].lower() in _STOP:
                 run = run[:-1]
             content = [w for w in run if w.lower() not in _STOP and len(w) >= 4 and not w.isdigit()]
             if len(run) >= 2 and content and _within(" ".join(run), target):
@@ -197,8 +199,10 @@ def evidence_for(claims: Sequence[str], refs: Sequence[Ref], kinds: Iterable[str
         if not scored:
             continue
         best = max(s[:2] for s, _, _ in scored)
-        for score, ref, inside in sorted(scored, key=lambda x: -x[0][2]):
-            if score[:2] < best:
+        tied = [x for x in scored if x[0][:2] == best]
+        heaviest = max(x[0][2] for x in tied)
+        for score, ref, inside in sorted(tied, key=lambda x: -x[0][2]):
+            if score[2] < 0.6 * heaviest:  # a ref that shares far less of the claim's wording
                 continue
             match = _pick(ref, inside)
             if match is not None and verify(Alternative(tool=ref.tool, match=match, where=ref.where), [ref]):
@@ -206,20 +210,25 @@ def evidence_for(claims: Sequence[str], refs: Sequence[Ref], kinds: Iterable[str
     return _simplest(out)[:MAX_ALTERNATIVES]
 
 
+def _implies(stricter: Alternative, looser: Alternative) -> bool:
+    """Whether every ref satisfying `stricter` satisfies `looser` (each of its strings lies in one of the stricter's)."""
+    return stricter.tool == looser.tool and all(
+        any(fold(m) in fold(n) for n in stricter.match) for m in looser.match
+    )
+
+
 def _simplest(alts: list[Alternative]) -> list[Alternative]:
-    """Without repeats, and without an alternative that another one on the same tool implies
-    (its match strings include all of the other's: satisfying it satisfies the other)."""
-    sets = [(a.tool, frozenset(fold(m) for m in a.match)) for a in alts]
+    """Without an alternative that another, looser one on the same tool makes redundant (any_of
+    needs one: the looser one is satisfied whenever the stricter is); of two equal ones, the first."""
     out: list[Alternative] = []
     for i, alt in enumerate(alts):
-        tool, mine = sets[i]
-        if any(
-            t == tool and (other < mine or other == mine and j < i)
-            for j, (t, other) in enumerate(sets)
+        redundant = any(
+            _implies(alt, other) and (not _implies(other, alt) or j < i)
+            for j, other in enumerate(alts)
             if j != i
-        ):
-            continue
-        out.append(alt)
+        )
+        if not redundant:
+            out.append(alt)
     return out
 
 

@@ -167,7 +167,8 @@ def _root(w: _Work, failure_mode: str) -> list[dict[str, Any]]:
         )
     )
     for mech, sentence in reading.dismissed:
-        w.truth.notes.append(f"dismissed by the answer: {mech}")
+        if mech not in w.causes and f"dismissed by the answer: {mech}" not in w.truth.notes:
+            w.truth.notes.append(f"dismissed by the answer: {mech}")
         _red_herring(w, mech, sentence)
     return causes
 
@@ -220,7 +221,7 @@ def _required(w: _Work) -> None:
                 about = [c for c in claims if any(m == mech for _, m in named(c))] + [sentence]
                 _one(w, kind, f"{ITEM_IDS[kind]}-{mech.replace('_', '-')}", about)
         else:
-            _one(w, kind, ITEM_IDS[kind], claims + ([w.answer.root_cause] if w.answer.root_cause else []))
+            _one(w, kind, ITEM_IDS[kind], claims + [sentence for _, _, sentence in w.findings])
 
 
 def _one(w: _Work, kind: str, item_id: str, claims: list[str]) -> None:
