@@ -664,3 +664,30 @@ def test_the_root_cause_statement_is_read_by_the_rules(
     assert [f.root for f in reading.findings] == roots
     assert list(reading.findings[0].also) == also
     assert sorted({m for m, _ in reading.dismissed}) == dismissed
+
+
+def test_the_doc_lists_every_rule_the_importer_applies() -> None:
+    from rootproof.scenarios.importers import _opensre_evidence as ev
+    from rootproof.scenarios.importers import _opensre_rules as rules
+
+    doc = (ROOT / "docs" / "importing.md").read_text(encoding="utf-8")
+    for rule in rules.MECHANISMS:
+        row = next(line for line in doc.splitlines() if line.startswith(f"| `{rule.mechanism}` |"))
+        assert all(f"`{p}`" in row for p in rule.phrases), rule.mechanism
+        assert all(f"`{a}`" in row for a in (*rule.acceptable, *rule.forbidden)), rule.mechanism
+    for action, phrases in rules.ACTIONS:
+        row = next(line for line in doc.splitlines() if line.startswith(f"| `{action}` |"))
+        assert all(f"`{p}`" in row for p in phrases), action
+    for category, _ in ev.LEVELS:
+        assert f"`{category}`" in doc, category
+    for marker in (
+        *rules.DISMISS_SENTENCE,
+        *rules.DISMISS_AFTER,
+        *rules.FORWARD,
+        *rules.REVERSE,
+        *rules.COMPOSITIONAL,
+        *rules.SINGLE_CAUSE,
+    ):
+        assert f"`{marker.strip()}`" in doc, marker
+    for word in rules.RULING_OUT_WORDS:
+        assert f"`{word}`" in doc, word
