@@ -22,8 +22,13 @@ from typer.testing import CliRunner
 
 from rootproof.cli import app
 from rootproof.errors import ScenarioError
+from rootproof.harness import Harness
+from rootproof.run.records import MemoryTraceSink
+from rootproof.runtime import Runtime
 from rootproof.scenarios.importers import ImportLimits, import_opensre
-from rootproof.tools.refs import canonical_json, fold_text
+from rootproof.scenarios.loader import load_scenario
+from rootproof.settings import Settings
+from rootproof.tools.refs import NO_EVIDENCE_PATH, canonical_json, fold_text
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_CASES = (
@@ -252,13 +257,45 @@ def _alternatives(item: dict[str, Any]) -> list[dict[str, Any]]:
     return list(item["any_of"]) if "any_of" in item else [{"tool": item["tool"], "match": item["match"]}]
 
 
-def _assert_matches_occur(folder: Path) -> None:
-    texts = _ref_texts(folder)
+CALLS: dict[str, list[dict[str, Any]]] = {
+    "query_logs": [{"since": "7d", "limit": 200}],
+    "query_metrics": [{"metric": "*", "since": "7d"}],
+    "inspect_postgres": [{"kind": k} for k in ("top_queries", "wait_events", "load_by_user", "load_by_host")],
+}
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
+    home = tmp_path_factory.mktemp("home")
+    return Harness(Runtime.from_settings(Settings(data_dir=Path(home)), sink=MemoryTraceSink()))
+
+
+def _tool_refs(harness: Harness, folder: Path) -> dict[str, list[str]]:
+    """tool → the text of every ref the converted snapshot yields through the tool boundary."""
+    scenario = load_scenario(folder)
+    out: dict[str, list[str]] = {}
+    for tool, calls in CALLS.items():
+        for args in calls:
+            outcome, _ = harness.tool_call(tool, args, scenario=scenario)
+            assert outcome.invocation.status == "READY", outcome.invocation
+            out.setdefault(tool, []).extend(
+                r.text for r in outcome.invocation.evidence_refs if r.raw_path != NO_EVIDENCE_PATH
+            )
+    return out
+
+
+def _assert_matches_occur(folder: Path, harness: Harness | None = None) -> None:
+    """Every alternative of every required evidence item is matched by a ref text: recomputed from
+    the written snapshot, and (with `harness`) as the tools really return them."""
+    sources = [_ref_texts(folder)] + ([_tool_refs(harness, folder)] if harness is not None else [])
     truth = _read(folder, "ground_truth.yaml")
-    for item in truth["required_evidence"]:
-        for alt in _alternatives(item):
-            hits = [t for t in texts[alt["tool"]] if all(fold_text(m) in fold_text(t) for m in alt["match"])]
-            assert hits, (folder.name, item["id"], alt)
+    for texts in sources:
+        for item in truth["required_evidence"]:
+            for alt in _alternatives(item):
+                hits = [
+                    t for t in texts[alt["tool"]] if all(fold_text(m) in fold_text(t) for m in alt["match"])
+                ]
+                assert hits, (folder.name, item["id"], alt)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,7 +315,9 @@ def shared_out(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return src, out
 
 
-def test_all_shared_cases_convert_into_complete_scenario_folders(shared_out: tuple[Path, Path]) -> None:
+def test_all_shared_cases_convert_into_complete_scenario_folders(
+    shared_out: tuple[Path, Path], harness: Harness
+) -> None:
     _, out = shared_out
     for case in SHARED_CASES:
         folder = out / f"opensre-{case}"
@@ -302,7 +341,7 @@ def test_all_shared_cases_convert_into_complete_scenario_folders(shared_out: tup
         provenance = _read(folder, "provenance.yaml")
         assert provenance["source"] == "derived_from_public_incident"
         assert any("Tracer-Cloud/opensre" in r and "Apache-2.0" in r for r in provenance["references"])
-        _assert_matches_occur(folder)
+        _assert_matches_occur(folder, harness)
 
 
 def test_shared_ground_truth_follows_the_answer_prose(shared_out: tuple[Path, Path]) -> None:
@@ -382,7 +421,9 @@ def test_the_answer_never_reaches_agent_visible_files(shared_out: tuple[Path, Pa
 # ---------------------------------------------------------------------------------------------
 
 
-def test_a_case_inherits_fields_and_the_evidence_files_it_leaves_out(tmp_path: Path) -> None:
+def test_a_case_inherits_fields_and_the_evidence_files_it_leaves_out(
+    tmp_path: Path, harness: Harness
+) -> None:
     src = tmp_path / "cases"
     _base(src)
     _case(src, aws_cloudwatch_metrics__json=None, aws_rds_events__json=EVENTS)  # no metrics file of its own
@@ -401,7 +442,7 @@ def test_a_case_inherits_fields_and_the_evidence_files_it_leaves_out(tmp_path: P
     truth = _read(tmp_path / "out/opensre-901-leak", "ground_truth.yaml")
     assert truth["root_cause"]["mechanism"] == "pool_leak"  # the prose, not failure_mode
     assert truth["required_evidence"][0]["id"] == "performance-insights"
-    _assert_matches_occur(tmp_path / "out/opensre-901-leak")
+    _assert_matches_occur(tmp_path / "out/opensre-901-leak", harness)
 
 
 def test_a_missing_base_is_exit_2_naming_it(tmp_path: Path) -> None:

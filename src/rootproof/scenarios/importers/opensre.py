@@ -30,6 +30,7 @@ from rootproof.scenarios.importers._opensre_evidence import Evidence, convert_ev
 from rootproof.scenarios.importers._opensre_read import CaseInput, ImportLimits, find_cases, read_case
 from rootproof.scenarios.importers._opensre_scenario import provenance_document, scenario_document
 from rootproof.scenarios.importers._opensre_truth import ground_truth
+from rootproof.scenarios.loader import load_scenario
 from rootproof.scenarios.yamlio import parse_yaml, plain_is_text
 
 __all__ = ["CaseResult", "ImportLimits", "ImportResult", "import_opensre"]
@@ -180,11 +181,17 @@ def _license(src: Path, single: bool) -> bytes | None:
     return None
 
 
-def _write(out: Path, c: _Converted, license_text: bytes | None) -> tuple[str, ...]:
-    target = out / c.id
-    tmp = out / f".{c.id}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
+def _check(folder: Path, limits: ImportLimits) -> None:
+    """The written scenario loads (a problem here is a bug of the importer, never bad input)."""
+    try:
+        load_scenario(folder, max_file_bytes=limits.file_bytes)
+    except ScenarioError as exc:
+        raise RuntimeError(f"the converted scenario {folder.name} does not load: {exc}") from exc
+
+
+def _stage(staging: Path, c: _Converted, license_text: bytes | None, limits: ImportLimits) -> tuple[str, ...]:
+    """Write a case into `staging/<id>` and check that it loads; the files written."""
+    tmp = staging / c.id
     written = []
     for name, text in c.texts.items():
         path = tmp / name
@@ -194,9 +201,7 @@ def _write(out: Path, c: _Converted, license_text: bytes | None) -> tuple[str, .
     if license_text is not None:
         (tmp / "LICENSE").write_bytes(license_text)
         written.append(f"{c.id}/LICENSE")
-    if target.exists():
-        shutil.rmtree(target)
-    tmp.rename(target)
+    _check(tmp, limits)
     return tuple(written)
 
 
@@ -235,9 +240,21 @@ def import_opensre(
             raise UsageError(f"{out / c.id}: exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
     license_text = _license(src, len(folders) == 1 and folders[0] == src)
+    staging = out / f".rootproof-import-{os.getpid()}"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
     results = []
-    for c in converted:
-        files = _write(out, c, license_text)
+    try:  # every case is written and checked before the first one replaces anything in OUT
+        written = [_stage(staging, c, license_text, limits) for c in converted]
+        for c in converted:
+            target = out / c.id
+            if target.exists():
+                shutil.rmtree(target)
+            (staging / c.id).rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    for c, files in zip(converted, written, strict=True):
         results.append(
             CaseResult(
                 case=c.case.name,
