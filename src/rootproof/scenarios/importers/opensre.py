@@ -167,7 +167,7 @@ def _convert(folder: Path, base_dir: Path | None, limits: ImportLimits) -> _Conv
                 f"{case.name}: the converted {name} would be {size} bytes, more than the cap of "
                 f"{limits.file_bytes} bytes (ROOTPROOF_MAX_SCENARIO_FILE_BYTES)"
             )
-    c.warnings = [*case.warnings, *ev.warnings, *truth.warnings]
+    c.warnings = list(dict.fromkeys([*case.warnings, *ev.warnings, *truth.warnings]))
     return c
 
 
@@ -176,7 +176,7 @@ def _license(src: Path, single: bool) -> bytes | None:
     for folder in (src.parent,) if single else (src,):
         for name in LICENSE_NAMES:
             path = folder / name
-            if path.is_file() and path.stat().st_size <= LICENSE_BYTES:
+            if path.is_file() and not path.is_symlink() and path.stat().st_size <= LICENSE_BYTES:
                 return path.read_bytes()
     return None
 
