@@ -344,6 +344,19 @@ def test_all_shared_cases_convert_into_complete_scenario_folders(
         _assert_matches_occur(folder, harness)
 
 
+def test_every_converted_case_validates(shared_out: tuple[Path, Path], tmp_path: Path) -> None:
+    _, out = shared_out
+    res = CliRunner().invoke(app, ["scenarios", "validate", str(out)])
+    assert res.exit_code == 0, res.output
+    src = tmp_path / "cases"  # and the fixture-built ones: inheritance, old names, a left-out metric
+    _base(src)
+    _case(src)
+    _case(src, "902-old-names", **{"aws_rds_events.json": None, "rds_events.json": EVENTS})
+    import_opensre(src, tmp_path / "out")
+    res = CliRunner().invoke(app, ["scenarios", "validate", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+
+
 def test_shared_ground_truth_follows_the_answer_prose(shared_out: tuple[Path, Path]) -> None:
     _, out = shared_out
 
@@ -364,7 +377,7 @@ def test_shared_ground_truth_follows_the_answer_prose(shared_out: tuple[Path, Pa
     storage = truth("003-storage-full")["root_cause"]
     assert storage["mechanism"] == ["storage_full", "disk_full"]
     both = truth("011-cpu-storage-compositional")
-    assert both["root_cause"]["mechanism"] == "cpu_saturation"
+    assert both["root_cause"]["mechanism"] == ["cpu_saturation", "slow_query"]  # a query burns the CPU
     assert [c["mechanism"] for c in both["contributing_causes"]] == [["storage_full", "disk_full"]]
     assert {a["mechanism"] for a in both["alternatives"]} == {"connection_exhaustion", "replication_lag"}
     assert truth("005-failover")["root_cause"]["mechanism"] == "failover"
@@ -732,3 +745,6 @@ def test_the_doc_lists_every_rule_the_importer_applies() -> None:
         assert f"`{marker.strip()}`" in doc, marker
     for word in rules.RULING_OUT_WORDS:
         assert f"`{word}`" in doc, word
+    for rule in rules.MECHANISMS:
+        for extra, phrases in rule.also_if:
+            assert f"`{extra}`" in doc and all(f"`{p}`" in doc for p in phrases), rule.mechanism

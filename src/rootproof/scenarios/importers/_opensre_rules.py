@@ -41,6 +41,9 @@ class MechanismRule:
     also_mechanisms: tuple[str, ...] = ()
     """Labels also accepted for this root cause (an ambiguous one: storage full is disk_full too)."""
     also_components: tuple[str, ...] = ()
+    also_if: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """(mechanism, phrases): also accepted when the sentence naming the root cause has one of the
+    phrases (CPU burnt by a full scan is a slow query too)."""
     acceptable: tuple[str, ...] = ()
     """Recovery actions that fix it, accepted whatever the answer proposes."""
     forbidden: tuple[str, ...] = ()
@@ -151,6 +154,20 @@ MECHANISMS: tuple[MechanismRule, ...] = (
             "high cpu",
             "cpu contention",
             "cpu pressure",
+        ),
+        also_if=(
+            (
+                "slow_query",
+                (
+                    "query",
+                    "full table scan",
+                    "full-table scan",
+                    "sequential scan",
+                    "seq scan",
+                    "missing index",
+                    "statement",
+                ),
+            ),
         ),
         acceptable=("add_index", "cancel_query"),
         forbidden=("restart_database",),

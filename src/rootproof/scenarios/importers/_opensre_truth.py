@@ -69,6 +69,9 @@ def _cause(mechanism: str, also: tuple[str, ...], engine: str, culprit: str) -> 
     rule = rule_for(mechanism)
     mechanisms = [mechanism, *rule.also_mechanisms]
     components = [rule.component or engine, *rule.also_components]
+    for extra, phrases in rule.also_if:
+        if any(p in fold(culprit) for p in phrases):
+            mechanisms.append(extra)
     for m in also:
         r = rule_for(m)
         mechanisms.append(m)
@@ -155,8 +158,9 @@ def _root(w: _Work, failure_mode: str) -> list[dict[str, Any]]:
             )
     w.findings = findings
     causes = [_cause(m, also, w.engine, culprit) for m, also, culprit in findings]
-    for m, also, _ in findings:
-        w.causes.extend([m, *rule_for(m).also_mechanisms, *also])
+    for cause, (m, also, _) in zip(causes, findings, strict=True):
+        labels = cause["mechanism"] if isinstance(cause["mechanism"], list) else [cause["mechanism"]]
+        w.causes.extend([m, *labels, *also])
     w.truth.notes.append(
         "root cause from the answer's ROOT_CAUSE prose"
         + (" (a compositional fault: contributing causes)" if len(findings) > 1 else "")

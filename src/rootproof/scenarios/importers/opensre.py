@@ -30,7 +30,7 @@ from rootproof.scenarios.importers._opensre_evidence import Evidence, convert_ev
 from rootproof.scenarios.importers._opensre_read import CaseInput, ImportLimits, find_cases, read_case
 from rootproof.scenarios.importers._opensre_scenario import provenance_document, scenario_document
 from rootproof.scenarios.importers._opensre_truth import ground_truth
-from rootproof.scenarios.loader import load_scenario
+from rootproof.scenarios.loader import validate_scenario
 from rootproof.scenarios.yamlio import parse_yaml, plain_is_text
 
 __all__ = ["CaseResult", "ImportLimits", "ImportResult", "import_opensre"]
@@ -182,15 +182,17 @@ def _license(src: Path, single: bool) -> bytes | None:
 
 
 def _check(folder: Path, limits: ImportLimits) -> None:
-    """The written scenario loads (a problem here is a bug of the importer, never bad input)."""
-    try:
-        load_scenario(folder, max_file_bytes=limits.file_bytes)
-    except ScenarioError as exc:
-        raise RuntimeError(f"the converted scenario {folder.name} does not load: {exc}") from exc
+    """The written scenario validates, ground truth included (a problem here is a bug of the
+    importer, never bad input: exit 1)."""
+    problems = validate_scenario(folder, max_file_bytes=limits.file_bytes)
+    if problems:
+        raise RuntimeError(
+            f"the converted scenario {folder.name} does not validate: {'; '.join(problems[:3])}"
+        )
 
 
 def _stage(staging: Path, c: _Converted, license_text: bytes | None, limits: ImportLimits) -> tuple[str, ...]:
-    """Write a case into `staging/<id>` and check that it loads; the files written."""
+    """Write a case into `staging/<id>` and check that it validates; the files written."""
     tmp = staging / c.id
     written = []
     for name, text in c.texts.items():
