@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
 import pytest
 
+from rootproof.errors import ConfigError
 from rootproof.kb.channels import (
     chance_level,
     confidence_fuse,
@@ -14,6 +16,7 @@ from rootproof.kb.channels import (
     standard_scores,
     standout,
 )
+from rootproof.kb.probes import calibration_probes
 
 N = 2000
 
@@ -118,3 +121,20 @@ def test_pools_must_match() -> None:
         confidence_fuse({"a": [1.0, 2.0], "b": [1.0, 2.0, 3.0]})
     empty = confidence_fuse({})
     assert empty.scores.shape == (0,) and empty.weights == {}
+
+
+def test_calibration_probes(tmp_path: Path) -> None:
+    built_in = calibration_probes()
+    assert len(built_in) == 5 and "recipe for banana bread" in built_in
+    qfile = tmp_path / "q.yaml"
+    qfile.write_text(
+        "version: 1\nqueries:\n"
+        "  - {id: a, query: best pizza in Naples, language: en, kind: ood, split: calibration}\n"
+        "  - {id: b, query: what is the capital of France, language: en, kind: ood}\n"
+        "  - {id: c, query: Redis maxclients, language: en, kind: answerable, relevant: [x], split: calibration}\n",
+        encoding="utf-8",
+    )
+    assert calibration_probes(qfile) == ("best pizza in Naples",)
+    qfile.write_text("queries: {a: 1}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"q\.yaml: field queries: expected a list"):
+        calibration_probes(qfile)

@@ -1,4 +1,4 @@
-"""The two L1 retrieval channels and rank fusion, independent of knowledge cards.
+"""The two L1 retrieval channels and their fusion, independent of knowledge cards.
 
 - `KeywordIndex`: BM25 (bm25s, Robertson's formula as Terrier uses it, k1 1.2, b 0.75) over
   `text.tokenize` tokens, with Bo1 pseudo-relevance feedback (Terrier's model, normaliser and

@@ -24,10 +24,18 @@ def probe_file() -> Path:
     return Path(__file__).resolve().parent / "eval_queries.yaml"
 
 
-@lru_cache(maxsize=4)
 def calibration_probes(path: Path | None = None) -> tuple[str, ...]:
-    """Texts of the queries with `kind: ood` and `split: calibration` in `path` (default: the built-in file)."""
-    source = path or probe_file()
+    """Texts of the queries with `kind: ood` and `split: calibration` in `path` (default: the
+    built-in file, read once)."""
+    return _read(path) if path is not None else _builtin()
+
+
+@lru_cache(maxsize=1)
+def _builtin() -> tuple[str, ...]:
+    return _read(probe_file())
+
+
+def _read(source: Path) -> tuple[str, ...]:
     try:
         raw = yaml.safe_load(source.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
