@@ -95,15 +95,30 @@ def test_fusion_priors_scale_each_channel(kb: KnowledgeBase) -> None:
     wp, ws = plain.fusion_weights, scaled.fusion_weights
     assert sum(wp.values()) == pytest.approx(1.0, abs=1e-3) and min(wp.values()) > 0.1
     assert ws["dense"] / ws["bm25"] == pytest.approx(4 * wp["dense"] / wp["bm25"], rel=1e-2)
-    # The hit's score is the weighted sum of the card's standard scores in each channel.
+    # The hit's score is the weighted sum of the card's standard scores in each channel, over
+    # the channel's evidence: its scores floored at its REFERENCE threshold.
     cs = kb.card_scores(query)
     ids = sorted(kb.cards)
-    z = {ch: standard_scores([cs.scores[ch].get(c, 0.0) for c in ids]) for ch in ("bm25", "dense")}
+    raw = {ch: [cs.scores[ch].get(c, 0.0) for c in ids] for ch in ("bm25", "dense")}
+    floors = {ch: kb.thresholds.channels[ch].reference for ch in raw}
+    assert list(kb.evidence("bm25", raw["bm25"])) == [max(v, floors["bm25"]) for v in raw["bm25"]]
+    z = {ch: standard_scores(kb.evidence(ch, raw[ch])) for ch in raw}
     i = ids.index("redis-maxclients")
     assert plain.hits[0].score == pytest.approx(sum(wp[ch] * z[ch][i] for ch in z), abs=1e-3)
-    # The dense channel's chance level is measured with the probe questions on these cards.
-    level = kb.chance_levels("card")["dense"]
-    assert level is not None and level > 0 and kb.probes
+    # The dense channel's chance level is measured with the probe questions on these cards:
+    # none of them reaches the dense floor, so they stand out nowhere (the Gaussian level holds).
+    assert kb.probes and kb.chance_levels("card") == {"dense": 0.0}
+
+
+def test_below_floor_keyword_overlap_does_not_order(kb: KnowledgeBase) -> None:
+    # Generic words shared with one card give the keyword channel a lone standout far below
+    # its floor: it is noise and must not outvote the dense channel.
+    query = "the service became slow after the deploy; what is going on?"
+    cs = kb.card_scores(query)
+    floor = kb.thresholds.channels["bm25"].reference
+    assert 0 < max(cs.scores["bm25"].values()) < floor
+    resp = kb.search(query, 5)
+    assert resp.fusion_weights.get("bm25", 0.0) == 0.0
 
 
 def test_single_channel_fusion_orders_by_that_channel(kb: KnowledgeBase) -> None:

@@ -11,11 +11,12 @@
 - L1: `KeywordIndex` and dense cosine per chunk; a card's channel score is its best chunk's.
   Which cards are kept and their grades come from the channels' own scores against
   calibrated thresholds (`thresholds.py`); below every floor → no result. The kept cards are
-  ordered by `channels.confidence_fuse` over all cards, the fusion `eval ir` measures: each
-  channel's standard scores weighted by how far the channel's best card stands above its
-  chance level (the dense channel's measured with the probe questions of `probes.py`), times
-  the channel's calibrated prior. One result per card: its chunk with the best score in the
-  same fusion over all chunks.
+  ordered by `channels.confidence_fuse` over all cards, the fusion `eval ir` measures, of the
+  channels' evidence (each channel's scores floored at its REFERENCE threshold: below it a
+  score is noise, e.g. keyword overlap of generic words across languages): standard scores
+  weighted by how far the channel's best card stands above its chance level (the dense
+  channel's measured with the probe questions of `probes.py`), times the channel's calibrated
+  prior. One result per card: its chunk with the best score in the same fusion over all chunks.
 - Reranker: a seam (`Reranker`), off by default.
 - Cache: chunk tokens and embeddings under `cache_dir/<hash of cards + code version>/`.
 """
@@ -316,7 +317,7 @@ class KnowledgeBase:
         self.thresholds = thresholds or Thresholds.from_dict(THRESHOLDS)
         self.reranker = reranker
         self.probes: tuple[str, ...] = tuple(calibration_probes() if probes is None else probes)
-        self._chance: dict[str, dict[str, float | None]] | None = None
+        self._probe_scores: list[FloatArray] | None = None
         self.cache_hit = False
         """True when `load` read the index from the cache instead of building it."""
         self.load_seconds = 0.0
@@ -409,29 +410,39 @@ class KnowledgeBase:
         np.maximum.at(out, self._chunk_card, per_chunk.astype(np.float64))
         return out
 
+    def evidence(self, channel: str, scores: Any) -> Float64Array:
+        """A channel's scores as evidence: floored at its calibrated REFERENCE threshold, below
+        which a score is no evidence (every item under the floor ties)."""
+        floor = self.thresholds.channels[channel].reference
+        return np.maximum(np.asarray(scores, dtype=np.float64), floor)
+
     def chance_levels(self, pool: Literal["card", "chunk"]) -> dict[str, float | None]:
         """Measured chance level per channel over the cards or the chunks: the dense channel's
-        from `probes` (`channels.measured_chance`), computed once; the keyword channel has none
-        (a probe's keyword matches share its words, so they measure its words, not chance)."""
-        if self._chance is None:
-            per_chunk = [self._dense.scores(_query_vector(p)) for p in self.probes] if self.chunks else []
-            self._chance = {
-                "chunk": {"dense": measured_chance(per_chunk)},
-                "card": {"dense": measured_chance(self._card_max(s) for s in per_chunk)},
-            }
-        return self._chance[pool]
+        from `probes` (`channels.measured_chance` of their evidence scores; the probe scores are
+        computed once); the keyword channel has none (how far a probe's keyword matches stand
+        out measures the rarity of its words, not chance)."""
+        if self._probe_scores is None:
+            self._probe_scores = (
+                [self._dense.scores(_query_vector(p)) for p in self.probes] if self.chunks else []
+            )
+        per_chunk = self._probe_scores
+        pooled = per_chunk if pool == "chunk" else [self._card_max(s) for s in per_chunk]
+        return {"dense": measured_chance(self.evidence("dense", s) for s in pooled)}
 
     def set_probes(self, probes: Sequence[str]) -> None:
         """Measure the dense channel's chance level with `probes` from now on."""
         self.probes = tuple(probes)
-        self._chance = None
+        self._probe_scores = None
 
     def fuse(self, scores: dict[str, Any], pool: Literal["card", "chunk"]) -> Fusion:
-        """`channels.confidence_fuse` of per-channel scores over all cards (`_card_ids` order) or
-        all chunks, with this pool's chance levels and the calibrated priors."""
+        """`channels.confidence_fuse` of the channels' evidence (`evidence`) over all cards
+        (`_card_ids` order) or all chunks, with this pool's chance levels and the calibrated
+        priors."""
         chance = self.chance_levels(pool) if "dense" in scores else {}
         return confidence_fuse(
-            scores, chance=chance, priors={ch: self.thresholds.weight(ch) for ch in scores}
+            {ch: self.evidence(ch, v) for ch, v in scores.items()},
+            chance=chance,
+            priors={ch: self.thresholds.weight(ch) for ch in scores},
         )
 
     def search(
