@@ -301,6 +301,16 @@ def test_focus_by_an_identifying_label_in_cited_evidence() -> None:
     assert _focus(_plain(team="platform"), draft, [nginx])["passed"] is False
 
 
+def test_focus_by_a_managed_resources_identifier_when_the_service_is_the_provider() -> None:
+    """A CloudWatch alert's service is the provider's (`rds`); the instance is named by a label."""
+    cw = _inv("i1", "query_metrics", ['FreeStorageSpace{DBInstanceIdentifier="orders-prod",stat="Average"} first=1 last=0 unit=Bytes'])
+    draft = _rc_draft("postgresql", "storage_full", "orders-prod storage", "i1", "query_metrics", "$.entries[0]")
+    alert = parse_alert({"name": "RDSFreeStorageSpaceLow", "service": "rds", "starts_at": "2026-03-27T02:00:00Z", "labels": {"db_instance_identifier": "orders-prod"}})
+    assert _focus(alert, draft, [cw])["passed"] is True
+    other = parse_alert({"name": "RDSFreeStorageSpaceLow", "service": "rds", "starts_at": "2026-03-27T02:00:00Z", "labels": {"db_instance_identifier": "billing-prod"}})
+    assert _focus(other, draft, [cw])["passed"] is False
+
+
 def test_focus_by_the_mechanism_showing_at_the_service_itself() -> None:
     alert = parse_alert({"name": "LedgerErrors", "service": "ledger-api", "starts_at": "2026-04-27T22:41:00Z"})
     logs = _inv(

@@ -5,7 +5,7 @@ Rules:
 - `report_present`: the user received a report (published) or the safe fallback.
 - `focus_on_primary_alert`: the diagnosis's root cause, if any, is about the primary alert: its
   culprit or its cited evidence names the primary alert's service (or an identifying label value:
-  instance, pod, server, route, …), or its cited evidence comes from a component that this run's
+  instance, pod, server, route, a managed resource's identifier such as `db_instance_identifier`, …), or its cited evidence comes from a component that this run's
   evidence links to that service (one runtime ref names both, or a ref naming the service shows
   the root cause's mechanism itself, e.g. `DiskFull` for disk_full).
 - `evidence_tools_used`: lookup_knowledge and at least one of query_logs / query_metrics
@@ -53,6 +53,10 @@ _COMPONENT_WORDS: dict[str, tuple[str, ...]] = {
 _IDENTIFYING_LABELS = (
     "service", "app", "job", "container", "pod", "instance", "host", "hostname", "server", "node", "route", "path",
     "endpoint", "deployment", "statefulset", "daemonset", "datname", "database", "db", "queue", "topic", "consumergroup",
+    # A managed resource's identifier (AWS RDS/Aurora/ElastiCache, GCP Cloud SQL, Azure): the
+    # alert's `service` is then often the provider's service (`rds`), the resource is named here.
+    "db_instance_identifier", "db_instance", "DBInstanceIdentifier", "db_cluster_identifier", "DBClusterIdentifier",
+    "cluster", "cache_cluster_id", "CacheClusterId", "database_id", "resource", "resource_id", "resourceId",
 )  # fmt: skip
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 # Hosts the cited evidence talks to or serves (nginx `server:` / `host:`, URLs): a ref of the
