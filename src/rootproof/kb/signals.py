@@ -18,7 +18,7 @@ from typing import Any
 from rootproof.kb.cards import Signal
 from rootproof.tools.refs import fold_text
 
-__all__ = ["as_number", "compare", "norm", "ref_matches", "row_of", "where_holds"]
+__all__ = ["ENDS_SHARE", "as_number", "compare", "norm", "ref_matches", "row_of", "trend_holds", "where_holds"]
 
 Spans = Iterable[Sequence[int]]
 """Half-open `[start, end)` character offsets into a ref's text."""
@@ -169,10 +169,10 @@ def ref_matches(
     test = signal.test
     if test == "match":
         nt = norm(visible)
-        return all(norm(s) in nt for s in signal.match or [])
+        return all(any(norm(a) in nt for a in signal.spellings(s)) for s in signal.match or [])
     if test == "any":
         nt = norm(visible)
-        return any(norm(s) in nt for s in signal.any_ or [])
+        return any(norm(a) in nt for s in signal.any_ or [] for a in signal.spellings(s))
     if test == "where":
         if not raw_path.startswith("$.rows["):
             return False
@@ -187,18 +187,43 @@ def ref_matches(
             and compare(fv[1], signal.op, signal.value)
         )
     m = _SERIES.match(visible)
-    if not m or not fnmatch.fnmatch(norm(m.group("metric")), norm(signal.metric or "")):
+    if not m:
+        return False
+    name = norm(m.group("metric"))
+    thresholds = [t for glob, t in signal.metric_names() if fnmatch.fnmatch(name, norm(glob))]
+    if not thresholds:
         return False
     if signal.labels:
         labels = m.group("labels") or ""
         if not all(f'{k}="{v}"' in labels for k, v in signal.labels.items()):
             return False
-    thr = signal.threshold or 0.0
-    val = {k: as_number(m.group(k)) for k in ("delta", "max", "min")}
-    if signal.trend == "rises":
-        return val["delta"] is not None and val["delta"] > thr
-    if signal.trend == "falls":
-        return val["delta"] is not None and val["delta"] < -thr
-    if signal.trend == "high":
-        return val["max"] is not None and val["max"] >= thr
-    return val["min"] is not None and val["min"] <= thr
+    val = {k: as_number(m.group(k)) for k in ("first", "last", "delta", "max", "min")}
+    # The first name that matches decides the threshold: the canonical glob, then the aliases in order.
+    return trend_holds(signal.trend or "high", thresholds[0] or 0.0, val)
+
+
+ENDS_SHARE = 0.25
+"""`ends_high`/`ends_low`: the last value lies within this share of the range from its top/bottom."""
+
+
+def trend_holds(trend: str, thr: float, val: Mapping[str, float | None]) -> bool:
+    """Whether a series summary ({first, last, delta, max, min}) shows `trend` with threshold `thr`."""
+    delta, hi, lo, last = val.get("delta"), val.get("max"), val.get("min"), val.get("last")
+    if trend == "rises":
+        return delta is not None and delta > thr
+    if trend == "falls":
+        return delta is not None and delta < -thr
+    if trend == "high":
+        return hi is not None and hi >= thr
+    if trend == "low":
+        return lo is not None and lo <= thr
+    if hi is None or lo is None:
+        return False
+    span = hi - lo
+    if trend == "flat":
+        return span <= thr
+    if last is None or span <= thr:
+        return False
+    if trend == "ends_high":
+        return hi - last <= ENDS_SHARE * span
+    return last - lo <= ENDS_SHARE * span
