@@ -165,7 +165,7 @@ class Signal(_Strict):
     """Right-hand side of the `field` test."""
     metric: str | None = None
     """Test: a metric series matching this glob shows `trend`."""
-    trend: Literal["rises", "falls", "high", "low", "flat", "ends_high", "ends_low"] | None = None
+    trend: Literal["rises", "falls", "high", "low", "stays_below", "stays_above", "flat", "ends_high", "ends_low"] | None = None
     """What the `metric` series must show."""
     threshold: float | None = None
     """Threshold of the `metric` test (default 0)."""
@@ -251,6 +251,13 @@ class Signal(_Strict):
                     )
                     if body is not None and not body.strip():
                         raise _bad(f"where.{key}", f"a value after the operator (got {cond!r})")
+                    if cond.startswith("~") and not cond[1:].strip():
+                        raise _bad(f"where.{key}", f"a text to look for after ~ (got {cond!r})")
+                    if body is not None and body.strip().endswith("%"):
+                        try:
+                            float(body.strip()[:-1])
+                        except ValueError:
+                            raise _bad(f"where.{key}", f"a number before % (got {cond!r})") from None
         if test == "field":
             allowed = _FIELD_KINDS.get(tool, frozenset())
             if self.kind not in allowed:
@@ -272,7 +279,10 @@ class Signal(_Strict):
             if tool != "query_metrics":
                 raise _bad("metric", f"a query_metrics signal (got {tool})")
             if self.trend is None:
-                raise _bad("trend", "one of falls, high, low, rises (required with metric)")
+                raise _bad(
+                    "trend",
+                    "one of rises, falls, high, low, stays_below, stays_above, flat, ends_high, ends_low (required with metric)",
+                )
         else:
             if self.trend is not None:
                 raise _bad("trend", "no trend without a metric test")

@@ -74,8 +74,19 @@ def compare(actual: Any, op: str, expected: Any) -> bool:
 _WHERE_OPS = ((">=", "ge"), ("<=", "le"), ("!=", "ne"), (">", "gt"), ("<", "lt"))
 
 
-def where_holds(row: Mapping[str, Any], cond: Mapping[str, Any]) -> bool:
-    """Whether a table row satisfies every condition of a `where` test."""
+def _share(have: Any, key: str, table: Sequence[Mapping[str, Any]] | None) -> float | None:
+    """`have` as a percentage of the column `key` summed over the rows of its table."""
+    a = as_number(have)
+    if a is None or not table:
+        return None
+    total = sum(v for r in table if (v := as_number(r.get(key, ""))) is not None)
+    return None if total <= 0 else 100.0 * a / total
+
+
+def where_holds(row: Mapping[str, Any], cond: Mapping[str, Any], table: Sequence[Mapping[str, Any]] | None = None) -> bool:
+    """Whether a table row satisfies every condition of a `where` test. A comparison whose value
+    ends in `%` compares the row's share of its column's total over `table` (the rows of the same
+    result); without the table it does not hold. `~text` holds when the value contains the text."""
     for key, want in cond.items():
         if key not in row:
             return False
@@ -90,9 +101,19 @@ def where_holds(row: Mapping[str, Any], cond: Mapping[str, Any]) -> bool:
                 if not have:
                     return False
                 continue
+            if w.startswith("~"):
+                shown = have if isinstance(have, str) else json.dumps(have, ensure_ascii=False)
+                if norm(w[1:]) not in norm(shown):
+                    return False
+                continue
             for op, name in _WHERE_OPS:
                 if w.startswith(op):
-                    if not compare(have, name, w[len(op) :].strip()):
+                    rhs = w[len(op) :].strip()
+                    if rhs.endswith("%") and as_number(rhs) is not None:
+                        share = _share(have, key, table)
+                        if share is None or not compare(share, name, rhs[:-1]):
+                            return False
+                    elif not compare(have, name, rhs):
                         return False
                     break
             else:
@@ -151,14 +172,16 @@ def ref_matches(
     raw_path: str,
     text: str,
     spans: Spans = (),
+    table: Sequence[Mapping[str, Any]] | None = None,
 ) -> bool:
     """Whether the ref (`tool`/`kind` of the call that returned it, its `raw_path` and `text`)
     passes `signal`'s test, looking only outside the untrusted `spans` of `text`.
 
     The ref must come from the signal's tool (and kind, when the signal names one). `match`/`any`
     test the folded text; `where` one table row (string values that occur only inside spans are
-    dropped); `field` an `info`/`config`/`settings`/`status` field; `metric` a series summary.
-    `$.no_evidence` is never a match.
+    dropped; `table`, the rows of the same result, lets a condition compare a row's share of
+    its column); `field` an `info`/`config`/`settings`/`status` field; `metric` a series
+    summary. `$.no_evidence` is never a match.
     """
     if tool != signal.tool or raw_path == "$.no_evidence":
         return False
@@ -177,7 +200,7 @@ def ref_matches(
         if not raw_path.startswith("$.rows["):
             return False
         row = _row_outside(tool, text, visible, bool(span_list))
-        return row is not None and where_holds(row, dict(signal.where or {}))
+        return row is not None and where_holds(row, dict(signal.where or {}), table)
     if test == "field":
         fv = _field_value(raw_path, visible)
         return (
@@ -217,6 +240,10 @@ def trend_holds(trend: str, thr: float, val: Mapping[str, float | None]) -> bool
         return hi is not None and hi >= thr
     if trend == "low":
         return lo is not None and lo <= thr
+    if trend == "stays_below":
+        return hi is not None and hi < thr
+    if trend == "stays_above":
+        return lo is not None and lo > thr
     if hi is None or lo is None:
         return False
     span = hi - lo

@@ -15,7 +15,7 @@ from typing import Any
 
 from rootproof.agent.models.base import AssistantMessage, Message, ToolResultMessage
 from rootproof.kb.cards import Signal
-from rootproof.kb.signals import as_number, norm, ref_matches
+from rootproof.kb.signals import as_number, norm, ref_matches, row_of
 
 __all__ = [
     "Hit",
@@ -228,6 +228,17 @@ def _covers(obs: Observation, sig: Signal) -> bool:
     return True
 
 
+def _table(obs: Observation) -> list[dict[str, Any]]:
+    """The table rows an observation returned."""
+    rows: list[dict[str, Any]] = []
+    for ref in obs.refs:
+        if str(ref.get("raw_path", "")).startswith("$.rows["):
+            row = row_of(obs.tool, str(ref.get("text", "")))
+            if row is not None:
+                rows.append(row)
+    return rows
+
+
 def _covers_metric(obs: Observation, name: str) -> bool:
     """Whether a complete `query_metrics` observation asked for (at least) the series `name` names."""
     if obs.tool != "query_metrics" or not obs.complete:
@@ -258,6 +269,9 @@ def evaluate_signal(sig: Signal, observations: list[Observation]) -> tuple[bool,
             continue
         if sig.tool != "query_metrics" and _covers(obs, sig):
             observable = True
+        # The rows of the whole result, for conditions on a row's share of its column (only when
+        # nothing was omitted: a share of what was shown would be a guess).
+        table = _table(obs) if sig.where and obs.complete else None
         for ref in obs.refs:
             path, text = str(ref.get("raw_path", "")), str(ref.get("text", ""))
             if path == "$.no_evidence" or (obs.invocation_id, path) in seen:
@@ -266,7 +280,7 @@ def evaluate_signal(sig: Signal, observations: list[Observation]) -> tuple[bool,
             if ref.get("instruction_like"):
                 continue
             spans = ref_spans(ref)
-            if ref_matches(sig, obs.tool, obs.kind, path, text, spans):
+            if ref_matches(sig, obs.tool, obs.kind, path, text, spans, table):
                 seen.add((obs.invocation_id, path))
                 hits.append(
                     Hit(

@@ -393,6 +393,15 @@ class OfflinePlanner:
         if shared:
             names = ", ".join(a.replace("/", " ") for a in alts if any(ref_matches(s, h.tool, h.kind, h.raw_path, h.text, h.spans) for s in by_key[a].signals for h in hits))
             missing.append((f"every signal seen is shared with {names}; none tells it apart", f"所见信号均与 {names} 共有，没有能区分它们的信号"))
+        elif hits and not any(s.discriminating for s, _ in scored):
+            # A symptom (an exhausted pool's timeouts) is never enough while a discriminating
+            # signal of a cause it is told apart from, or that explains it, is seen (an unknown host).
+            rivals = [k for k in (*alts, *(o.key for o in by_key.values() if c.key in o.explains)) if k != c.key]
+            told = [k for k in dict.fromkeys(rivals) if any(s.discriminating and s.weight >= CONTEXT_WEIGHT for s, _ in by_key[k].hits)]
+            if told:
+                names = ", ".join(k.replace("/", " ") for k in told)
+                missing.append((f"a discriminating signal of {names} is seen and none of its own", f"已见 {names} 的区分信号，而没有它自己的区分信号"))
+                shared = True
         return missing, shared
 
     @staticmethod
