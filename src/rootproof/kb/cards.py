@@ -129,9 +129,12 @@ class Alias(_Strict):
 
     name: str = Field(min_length=1)
     """The other name: a metric name or glob, or a string to look for."""
+    scale: float | None = Field(default=None, gt=0)
+    """For a metric: this name's unit per canonical unit (CloudWatch `CPUUtilization` in percent
+    for a canonical fraction: 100); every signal's threshold is multiplied by it."""
     threshold: float | None = None
-    """For a metric: the threshold of the trend test on this name's series (its own unit);
-    default the signal's."""
+    """For a metric: the threshold of the trend test on this name's series, in its own unit
+    (overrides `scale`); default the signal's, scaled."""
 
 
 def _alias(value: Any) -> Any:
@@ -310,8 +313,9 @@ class Signal(_Strict):
             for i, a in enumerate(alts):
                 if not a.name.strip():
                     raise _bad(f"aliases.{key}[{i}]", "a non-empty name")
-                if a.threshold is not None and test != "metric":
-                    raise _bad(f"aliases.{key}[{i}].threshold", "a threshold only for a metric signal's aliases")
+                for attr in ("threshold", "scale"):
+                    if getattr(a, attr) is not None and test != "metric":
+                        raise _bad(f"aliases.{key}[{i}].{attr}", f"a {attr} only for a metric signal's aliases")
         return self
 
     def names(self) -> list[str]:
@@ -331,8 +335,14 @@ class Signal(_Strict):
             return []
         out = [(self.metric, self.threshold)]
         for a in self.aliases.get(self.metric, ()):
-            if a.name != self.metric:
-                out.append((a.name, a.threshold if a.threshold is not None else self.threshold))
+            if a.name == self.metric:
+                continue
+            if a.threshold is not None:
+                out.append((a.name, a.threshold))
+            elif a.scale is not None and self.threshold is not None:
+                out.append((a.name, self.threshold * a.scale))
+            else:
+                out.append((a.name, self.threshold))
         return out
 
 
@@ -430,11 +440,12 @@ class Card(_Strict):
             for i, a in enumerate(alts):
                 if not a.name.strip():
                     raise _bad(f"aliases.{key}[{i}]", "a non-empty name")
-                if a.threshold is not None and not used[key]:
-                    raise _bad(
-                        f"aliases.{key}[{i}].threshold",
-                        f"a threshold only for aliases of a metric glob ({key!r} is a match/any string)",
-                    )
+                for attr in ("threshold", "scale"):
+                    if getattr(a, attr) is not None and not used[key]:
+                        raise _bad(
+                            f"aliases.{key}[{i}].{attr}",
+                            f"a {attr} only for aliases of a metric glob ({key!r} is a match/any string)",
+                        )
         hyps: list[Hypothesis] = []
         for h in self.hypotheses:
             sigs: list[Signal] = []

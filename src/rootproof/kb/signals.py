@@ -83,14 +83,39 @@ def _share(have: Any, key: str, table: Sequence[Mapping[str, Any]] | None) -> fl
     return None if total <= 0 else 100.0 * a / total
 
 
+_PATH_PART = re.compile(r"\.?([^.\[\]]+)|\[(\d+)\]")
+
+
+def _lookup(row: Mapping[str, Any], key: str) -> tuple[bool, Any]:
+    """(found, value) of `key` in a row: a column, or a path into a nested value
+    (`wait_events[0].name`: the name of the first wait event listed)."""
+    if key in row:
+        return True, row[key]
+    cur: Any = row
+    pos = 0
+    for m in _PATH_PART.finditer(key):
+        if m.start() != pos:
+            return False, None
+        pos = m.end()
+        name, index = m.group(1), m.group(2)
+        if name is not None and isinstance(cur, Mapping) and name in cur:
+            cur = cur[name]
+        elif index is not None and isinstance(cur, list) and int(index) < len(cur):
+            cur = cur[int(index)]
+        else:
+            return False, None
+    return (pos == len(key) and pos > 0), cur
+
+
 def where_holds(row: Mapping[str, Any], cond: Mapping[str, Any], table: Sequence[Mapping[str, Any]] | None = None) -> bool:
     """Whether a table row satisfies every condition of a `where` test. A comparison whose value
     ends in `%` compares the row's share of its column's total over `table` (the rows of the same
-    result); without the table it does not hold. `~text` holds when the value contains the text."""
+    result); without the table it does not hold. `~text` holds when the value contains the text.
+    A key may be a path into a nested value (`wait_events[0].name`)."""
     for key, want in cond.items():
-        if key not in row:
+        found, have = _lookup(row, key)
+        if not found:
             return False
-        have = row[key]
         if isinstance(want, list):
             if not any(compare(have, "eq", w) for w in want):
                 return False

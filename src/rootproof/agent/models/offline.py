@@ -76,7 +76,7 @@ BROAD = {
 }
 _STOP_CODES = {"SCOPE_SATURATED", "BUDGET_EXHAUSTED", "TOOL_NOT_ALLOWED", "CIRCUIT_OPEN"}
 _CARD_ID = re.compile(r"^\[([a-z0-9-]+)\]")
-_CULPRIT_NAMES = ("statement", "query", "name", "id", "usename", "user", "application_name", "client_addr", "client_hostname", "addr", "host", "pid")
+_CULPRIT_NAMES = ("application_name", "client_addr", "client_hostname", "usename", "user", "pid", "statement", "query", "name", "id", "addr", "host")
 """Row fields that name a culprit (a statement, a user, a host, a session), in this order."""
 _EXCEPTION = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Exception|Error)\b")
 
@@ -95,6 +95,18 @@ def _label(component: str, mechanism: str, zh: bool) -> str:
     if zh:
         return f"{comp} {_LABELS_ZH.get(mechanism, mechanism.replace('_', ' '))}"
     return f"{comp} {mechanism.replace('_', ' ')}"
+
+
+def _schema_kinds(schema: dict[str, Any]) -> frozenset[str] | None:
+    """The values a tool's `kind` argument may take, from its JSON schema (None: no such enum)."""
+    prop = (schema.get("properties") or {}).get("kind")
+    if not isinstance(prop, dict):
+        return None
+    if "$ref" in prop:
+        ref = str(prop["$ref"]).rsplit("/", 1)[-1]
+        prop = (schema.get("$defs") or {}).get(ref, {})
+    enum = prop.get("enum")
+    return frozenset(str(v) for v in enum) if isinstance(enum, list) else None
 
 
 def _question(request: ModelRequest) -> str:
@@ -244,12 +256,22 @@ class OfflinePlanner:
 
     def __init__(self, knowledge: KnowledgeBase) -> None:
         self.kb = knowledge
+        self._kinds: dict[str, frozenset[str]] = {}
+
+    def _asks(self, s: Signal, offered: set[str]) -> bool:
+        """Whether a call can answer the signal: its tool is offered, with its kind (a tool's
+        schema lists the kinds it has; a source without load breakdowns has no such kind)."""
+        if s.tool not in offered:
+            return False
+        kinds = self._kinds.get(s.tool)
+        return s.kind is None or kinds is None or s.kind in kinds
 
     # -- the protocol ------------------------------------------------------------------------
     def step(self, request: ModelRequest) -> ModelTurn:
         question = _question(request)
         observations = observations_from(request.messages)
         offered = {t.name for t in request.tools}
+        self._kinds = {t.name: k for t in request.tools if (k := _schema_kinds(t.parameters)) is not None}
         if not observations and request.mode == "gather":
             return ModelTurn(tool_calls=self._first_look(question, offered, request.step_index))
         candidates = self._candidates(observations)
@@ -499,7 +521,7 @@ class OfflinePlanner:
             s
             for k in related
             for s in by_key[k].unobservable
-            if s.discriminating and s.tool in offered and s.tool not in blocked and used.get(s.tool, 0) < MAX_CALLS_PER_TOOL
+            if s.discriminating and self._asks(s, offered) and s.tool not in blocked and used.get(s.tool, 0) < MAX_CALLS_PER_TOOL
         ]
         n_urgent = len({(s.tool, s.kind, s.metric if s.tool == "query_metrics" else None) for s in urgent})
 
@@ -581,14 +603,14 @@ class OfflinePlanner:
         # Once a mechanism is confirmed, one more bounded look fetches what names its culprit
         # (the blocking session, the top statement by load, the client holding connections).
         if confirmed and best is not None:
-            lead = [s for c in [best, *contributing] for s in c.unobservable if s.culprit and s.tool in offered] + lead
-        ahead = [s for s in sorted(lead, key=lambda s: -s.weight) + [s for s in urgent if s not in lead] if s.tool in offered and s.tool not in blocked]
+            lead = [s for c in [best, *contributing] for s in c.unobservable if s.culprit and self._asks(s, offered)] + lead
+        ahead = [s for s in sorted(lead, key=lambda s: -s.weight) + [s for s in urgent if s not in lead] if self._asks(s, offered) and s.tool not in blocked]
         for s in ahead:
             groups.setdefault((s.tool, s.kind), []).append(s)
         firsts = set(groups)
         for c in pursue:
             for s in sorted(c.unobservable, key=lambda s: -s.weight):
-                if s.tool in offered and s.tool not in blocked and s not in ahead:
+                if self._asks(s, offered) and s.tool not in blocked and s not in ahead:
                     groups.setdefault((s.tool, s.kind), []).append(s)
         planned: list[tuple[float, str, dict[str, Any]]] = []
         for order, ((tool, kind), sigs) in enumerate(groups.items()):
@@ -1042,7 +1064,7 @@ class OfflinePlanner:
                 return f"pid {blockers[0] if isinstance(blockers, list) else blockers} blocks pid {row.get('pid')} ({row.get('mode', 'lock')} {row.get('locktype', '')})".strip()
             names = [str(row[k]) for k in _CULPRIT_NAMES if row.get(k) not in (None, "", [])]
             figures = [f"{k}={row[k]}" for k, v in row.items() if k not in _CULPRIT_NAMES and isinstance(v, int | float) and not isinstance(v, bool)]
-            text = "; ".join(names[:3]) or _excerpt(h.text, [])
+            text = "; ".join(names[:4]) or _excerpt(h.text, [])
             return (f"{text} ({', '.join(figures[:3])})" if figures else text)[:300]
         first = h.text.strip().splitlines()[0]
         log = parse_log_ref(first)
