@@ -909,6 +909,13 @@ class OfflinePlanner:
                     if observing and (c.against or c.seen == 0):
                         status = "ruled_out"
                 hypotheses.append({"statement": label, "component": c.component, "mechanism": c.mechanism, "status": status, "claim_ids": cids})
+            if not any(c["kind"] == "finding" for c in claims):
+                # Nothing any hypothesis names was seen: what the first looks showed is the health
+                # evidence (the series the question is about, the latest entries).
+                looked = self._first_refs(observations)
+                if looked:
+                    ex = _excerpt(looked[0].text, [], looked[0].spans)
+                    add_claim(f"已检查：“{ex}”" if zh else f"Checked: \"{ex}\"", "finding", [cite(h, []) for h in looked])
             if best is None:
                 limitations.append("知识库未返回可检验的假设" if zh else "The knowledge base returned no hypothesis that could be tested")
             elif best.seen == 0:
@@ -997,6 +1004,21 @@ class OfflinePlanner:
             if observes(component, h.tool, h.kind, h.text):
                 out.append(h)
         return out
+
+    @staticmethod
+    def _first_refs(observations: list[Observation], n: int = 3) -> list[Hit]:
+        """Up to `n` refs of the first runtime looks: each look's first ref (metric series
+        first), runtime and not `mock` or instruction-like."""
+        out: list[Hit] = []
+        looks = sorted((o for o in observations if o.tool != "lookup_knowledge" and o.ready and o.step == 0), key=lambda o: o.tool != "query_metrics")
+        for o in looks:
+            for ref in o.refs:
+                path = str(ref.get("raw_path", ""))
+                if path == "$.no_evidence" or ref.get("instruction_like") or str(ref.get("data_source", o.data_source)) == "mock":
+                    continue
+                out.append(Hit(invocation_id=o.invocation_id, tool=o.tool, raw_path=path, text=str(ref.get("text", "")), data_source=str(ref.get("data_source", o.data_source)), kind=o.kind, spans=ref_spans(ref)))
+                break
+        return out[:n]
 
     @staticmethod
     def _card_hit(c: Candidate, observations: list[Observation]) -> Hit | None:
