@@ -648,9 +648,16 @@ class OfflinePlanner:
                 if tool == "query_logs" and len(scopes) == 1 and None not in scopes:
                     args["scope"] = scopes.pop()
             planned.append((weight, tool, args))
+        # The last call of a tool stays free for what names a culprit (the top statement, the
+        # client holding the sessions) while a hypothesis with evidence still lacks it, so the
+        # drill-down after confirmation is never crowded out.
+        culprit_kinds = {(s.tool, s.kind) for c in ranked if c.seen > 0 for s in c.unobservable if s.culprit and self._asks(s, offered) and s.tool not in blocked}
         for weight, tool, args in sorted(planned, key=lambda p: -p[0]):
             sig = json.dumps([tool, args], sort_keys=True)
             if sig in done or used.get(tool, 0) >= MAX_CALLS_PER_TOOL or total >= MAX_TOOL_CALLS - (0 if weight >= 5_000.0 else reserve):
+                continue
+            kept = {k for t, k in culprit_kinds if t == tool} - {args.get("kind")}
+            if kept and used.get(tool, 0) >= MAX_CALLS_PER_TOOL - 1 and (tool, args.get("kind")) not in culprit_kinds:
                 continue
             done.add(sig)
             used[tool] = used.get(tool, 0) + 1
