@@ -459,7 +459,9 @@ class OfflinePlanner:
         def clears(c: Candidate) -> bool:
             return c.seen >= ROOT_THRESHOLD and c.strong and not gates.get(c.key, ([], False))[0]
 
-        independent = [c for c in rivals if self._independent(best, c)]
+        # A rival confirmed in its own right on independent evidence is a contributing cause, not a
+        # runner-up; every other rival (sharing evidence, competing, or not confirmed) keeps the margin.
+        independent = [c for c in rivals if self._independent(best, c) and clears(c)]
         runner = max((c.seen for c in rivals if c not in independent), default=0.0)
         missing = list(gates.get(best.key, ([], False))[0])
         if best.seen < ROOT_THRESHOLD or not best.strong:
@@ -472,7 +474,7 @@ class OfflinePlanner:
             for c in independent:
                 # Confirmed in its own right: over the threshold, what the guard needs holds, and
                 # it leads its own rivals (those that share its evidence) by the margin.
-                if not clears(c) or any(not self._independent(c, k) for k in contributing):
+                if any(not self._independent(c, k) for k in contributing):
                     continue
                 own_rivals = [r.seen for r in rivals if r is not c and not self._independent(c, r) and r is not best]
                 if c.seen - max(own_rivals, default=0.0) >= MARGIN:
