@@ -304,6 +304,16 @@ def evaluate_signal(sig: Signal, observations: list[Observation]) -> tuple[bool,
         hits = lead + [h for h in hits if h not in lead]
     if hits:
         observable = True
+    elif sig.tool == "query_metrics" and not observable:
+        # A series under one of its names was seen and tested: the signal was looked at, whatever
+        # other names it has.
+        globs = [norm(n) for n, _ in sig.metric_names()]
+        observable = any(
+            (m := _SERIES_NAME.match(str(ref.get("text", "")))) is not None and any(fnmatch.fnmatch(norm(m.group(1)), g) for g in globs)
+            for obs in observations
+            if obs.tool == "query_metrics" and obs.ready
+            for ref in obs.refs
+        )
     return observable, hits
 
 

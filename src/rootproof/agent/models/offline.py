@@ -830,11 +830,14 @@ class OfflinePlanner:
             # The alternatives its cards name are answered first.
             alternatives.sort(key=lambda c: c.key not in best.distinguishes_from)
             seen_keys = {best.key} | {c.key for c in ranked}
-            extra = [p for p in best.distinguishes_from if p not in seen_keys]
+            # The alternatives the cards of the root cause and of each contributing cause name.
+            named_alts = list(dict.fromkeys(p for c in [best, *contributing] for p in c.distinguishes_from))
+            extra = [p for p in named_alts if p not in seen_keys and p not in written_co]
+            alternatives.sort(key=lambda c: c.key not in named_alts)
             by_key = {c.key: c for c in candidates}
             untested: list[str] = []
             written: set[str] = set()
-            for alt_key in [c.key for c in alternatives][:4] + extra[: max(0, 4 - len(alternatives))]:
+            for alt_key in [c.key for c in alternatives][:5] + extra[: max(0, 5 - len(alternatives))]:
                 comp, _, mech = alt_key.partition("/")
                 if len(claims) >= 11 or not top:
                     break
@@ -843,6 +846,11 @@ class OfflinePlanner:
                 # Never ruled out while a signal that would tell it apart was not looked at: what
                 # was not checked proves nothing against it.
                 unchecked = self._unchecked(alt_key, by_key.get(alt_key))
+                # … unless one of its discriminating signals was looked at and found normal (the
+                # series that would show it, within bounds): then it was tested.
+                declared = by_key.get(alt_key) or self._declared(alt_key, observations)
+                if unchecked and declared is not None and any(sg.discriminating for sg, _ in declared.near_misses) and not declared.hits:
+                    unchecked = []
                 if unchecked:
                     untested.append(alt_key)
                     hypotheses.append({"statement": alt, "component": comp, "mechanism": mech, "status": "open", "claim_ids": []})
@@ -859,7 +867,7 @@ class OfflinePlanner:
                         f"未能检验 {alt}：没有能观察 {comp.replace('_', ' ')} 的证据来源" if zh else f"{alt} not tested: no evidence from a source able to observe {comp.replace('_', ' ')}"
                     )
                     continue
-                alt_c = by_key.get(alt_key)
+                alt_c = by_key.get(alt_key) or self._declared(alt_key, observations)
                 against = [h for _, hs in sorted(alt_c.against, key=lambda sh: -sh[0].weight) for h in hs[:2]] if alt_c else []
                 if against:
                     ex = _excerpt(against[0].text, [], against[0].spans)
@@ -867,7 +875,14 @@ class OfflinePlanner:
                 else:
                     ex = _excerpt(tests[0].text, [], tests[0].spans)
                     text = f"排除 {alt}：证据指向 {label}：“{ex}”" if zh else f"{alt} ruled out: the evidence points to {label}: \"{ex}\""
-                pool = against[:4] + [x for x in tests if x.key not in {a.key for a in against[:4]}]
+                # What contradicts it first, then what its own signals tested and found normal
+                # (its metric flat), then the evidence for the root cause.
+                normal = [h for _, hs in (alt_c.near_misses if alt_c else []) for h in hs[:1]]
+                lead_refs = _distinct_first(against[:4] + normal)[:4]
+                if normal and not against:
+                    ex = _excerpt(normal[0].text, [], normal[0].spans)
+                    text = f"排除 {alt}：“{ex}”" if zh else f"{alt} ruled out: \"{ex}\""
+                pool = lead_refs + [x for x in tests if x.key not in {a.key for a in lead_refs}]
                 cid = add_claim(text, "finding", [cite(x, []) for x in pool[:8]])
                 hypotheses.append({"statement": alt, "component": comp, "mechanism": mech, "status": "ruled_out", "claim_ids": [cid]})
             for c in ranked[1:]:
@@ -981,6 +996,20 @@ class OfflinePlanner:
         """The candidates that tell `best` apart: the alternatives its cards name, and those it
         explains or that explain it."""
         return [c.key for c in candidates if c is not best and (c.key in best.distinguishes_from or c.key in best.explains or best.key in c.explains)]
+
+    def _declared(self, key: str, observations: list[Observation]) -> Candidate | None:
+        """The alternative `key` as the cards that declare it describe it, scored on the
+        observations (for what its signals tested and found normal, and what contradicts it)."""
+        comp, _, mech = key.partition("/")
+        out: dict[str, Candidate] = {}
+        for card in self.kb.cards.values():
+            for h in card.hypotheses:
+                if (h.component, h.mechanism) == (comp, mech):
+                    self._merge(out, h, card.id)
+        c = out.get(key)
+        if c is not None:
+            self._score([c], observations)
+        return c
 
     def _unchecked(self, key: str, alt: Candidate | None) -> list[Signal]:
         """The discriminating signals of the alternative `key` that no observation covered: those
