@@ -461,6 +461,10 @@ class Card(_Strict):
                 sigs.append(sig.model_copy(update={"aliases": merged}))
             hyps.append(h.model_copy(update={"signals": sigs}))
         object.__setattr__(self, "hypotheses", hyps)
+        # Every name a card recognises is an identifier of it: a lookup naming a vendor's metric
+        # (`aws.rds.database_connections`) finds the card as its canonical name would.
+        names = [n for key, alts in self.aliases.items() for n in (key, *(a.name for a in alts)) if "*" not in n and "?" not in n]
+        object.__setattr__(self, "identifiers", list(dict.fromkeys([*self.identifiers, *names])))
         return self
 
 
