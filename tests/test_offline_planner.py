@@ -284,11 +284,11 @@ def test_a_rival_resting_on_one_record_does_not_block_a_corroborated_root_cause(
         2,
         ["2026-01-01T00:00:03Z ERROR app [app.log] canceling statement due to conflict with recovery"],
     )
-    _, best, runner, confirmed, missing = planner._verdict([lead, lone])
+    _, best, runner, confirmed, missing, _ = planner._verdict([lead, lone])
     assert best is lead and runner == 0 and confirmed, missing
     # The same rival on two records blocks it: 3 does not lead 2 by the margin.
     lone.records.add(("query_logs", "another record"))
-    _, _, _, confirmed, missing = planner._verdict([lead, lone])
+    _, _, _, confirmed, missing, _ = planner._verdict([lead, lone])
     assert not confirmed and "leads the runner-up" in missing[0][0]
 
 

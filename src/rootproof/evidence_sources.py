@@ -73,6 +73,13 @@ SOURCE_RULES: tuple[SourceRule, ...] = (
         {"postgresql", "connection_pool"},
         "kind activity (sessions and who holds them)",
     ),
+    _r(
+        "inspect_postgres",
+        "kind",
+        r"^(wait_events|load_by_user|load_by_host)$",
+        {"postgresql", "connection_pool"},
+        "kinds wait_events, load_by_user, load_by_host (what the sessions wait on, which clients hold them)",
+    ),
     _r("inspect_postgres", "any", r"", {"postgresql"}, "every other kind"),
     _r("inspect_redis", "any", r"", {"redis"}, "every kind"),
     _r("inspect_nginx", "any", r"", {"nginx"}, "every kind"),
@@ -86,6 +93,26 @@ SOURCE_RULES: tuple[SourceRule, ...] = (
         "`pg_stat_activity*`",
     ),
     _r("query_metrics", "metric", r"^pg_", {"postgresql"}, "`pg_*`"),
+    # A managed database's provider metrics (CloudWatch AWS/RDS, Datadog, New Relic, Cloud SQL,
+    # Azure Monitor), by their own names.
+    _r(
+        "query_metrics",
+        "metric",
+        r"^(DatabaseConnections$|aws\.rds\.database_connections|postgresql\.(connections|percent_usage_connections)"
+        r"|provider\.databaseConnections|cloudsql\.googleapis\.com/database/postgresql/num_backends|active_connections$)",
+        {"postgresql", "mysql", "connection_pool"},
+        "a managed database's connection count (`DatabaseConnections`, `aws.rds.database_connections`, `postgresql.connections`, `active_connections`)",
+    ),
+    _r(
+        "query_metrics",
+        "metric",
+        r"^((CPUUtilization|FreeStorageSpace|FreeableMemory|ReadIOPS|WriteIOPS|ReadLatency|WriteLatency|ReadThroughput"
+        r"|WriteThroughput|ReplicaLag|AuroraReplicaLag|DiskQueueDepth|TransactionLogsGeneration|MaximumUsedTransactionIDs"
+        r"|DBLoad|DBLoadCPU|DBLoadNonCPU|CommitLatency|CommitThroughput|SwapUsage|BinLogDiskUsage|OldestReplicationSlotLag)$"
+        r"|aws\.rds\.|provider\.[a-z]+[A-Z]\w*\.(Average|Maximum|Minimum|Sum)$|postgresql\.|cloudsql\.googleapis\.com/database/|db\.load)",
+        {"postgresql", "mysql", "host", "disk"},
+        "a managed database instance's own metrics (CloudWatch AWS/RDS names such as `CPUUtilization`, `FreeStorageSpace`, `ReplicaLag`; `aws.rds.*`, `postgresql.*`, New Relic `provider.*`, Cloud SQL `cloudsql.googleapis.com/database/*`, Performance Insights `db.load*`)",
+    ),
     _r("query_metrics", "metric", r"^redis_", {"redis"}, "`redis_*`"),
     _r("query_metrics", "metric", r"^nginx_", {"nginx"}, "`nginx_*`"),
     _r("query_metrics", "metric", r"^mysql_", {"mysql"}, "`mysql_*`"),
@@ -132,6 +159,13 @@ SOURCE_RULES: tuple[SourceRule, ...] = (
         r"postgres|^pg[-_]",
         {"postgresql"},
         "a PostgreSQL server log (`postgresql-*.log`, service `postgres*`, `pg-*`)",
+    ),
+    _r(
+        "query_logs",
+        "log",
+        r"\[(aws_)?rds[_-]?events?\]|\[aurora|cloud_?sql|\[azure_(postgres|mysql)",
+        {"postgresql", "mysql"},
+        "a cloud provider's events about a managed database instance (`aws_rds_events`, Cloud SQL operations, Azure Database activity)",
     ),
     _r("query_logs", "log", r"redis|sentinel", {"redis"}, "a Redis server log"),
     _r("query_logs", "log", r"nginx|ingress|envoy|haproxy", {"nginx"}, "an nginx (or other proxy) log"),

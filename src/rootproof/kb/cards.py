@@ -16,6 +16,7 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -39,6 +40,7 @@ from rootproof.tools.results import ROW_KINDS
 
 __all__ = [
     "SIGNAL_TOOLS",
+    "Alias",
     "Card",
     "Hypothesis",
     "Signal",
@@ -122,6 +124,27 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+class Alias(_Strict):
+    """Another name of a signal's metric or string: how another vendor or exporter spells it."""
+
+    name: str = Field(min_length=1)
+    """The other name: a metric name or glob, or a string to look for."""
+    scale: float | None = Field(default=None, gt=0)
+    """For a metric: this name's unit per canonical unit (CloudWatch `CPUUtilization` in percent
+    for a canonical fraction: 100); every signal's threshold is multiplied by it."""
+    threshold: float | None = None
+    """For a metric: the threshold of the trend test on this name's series, in its own unit
+    (overrides `scale`); default the signal's, scaled."""
+
+
+def _alias(value: Any) -> Any:
+    """A bare string is an alias with no threshold of its own."""
+    return {"name": value} if isinstance(value, str) else value
+
+
+AliasList = list[Annotated[Alias, BeforeValidator(_alias)]]
+
+
 class Signal(_Strict):
     """One piece of evidence that supports a hypothesis, with exactly one test."""
 
@@ -145,7 +168,7 @@ class Signal(_Strict):
     """Right-hand side of the `field` test."""
     metric: str | None = None
     """Test: a metric series matching this glob shows `trend`."""
-    trend: Literal["rises", "falls", "high", "low"] | None = None
+    trend: Literal["rises", "falls", "high", "low", "stays_below", "stays_above", "flat", "ends_high", "ends_low"] | None = None
     """What the `metric` series must show."""
     threshold: float | None = None
     """Threshold of the `metric` test (default 0)."""
@@ -160,6 +183,16 @@ class Signal(_Strict):
     discriminating: bool = False
     """True when seeing this signal tells the hypothesis apart from the alternatives its card
     names (`distinguishes_from`); False (default) for a symptom those alternatives share."""
+    rules_out: bool = False
+    """True for evidence *against* the hypothesis (the metric back to baseline, the storage
+    expanded, errors flat): seen, its weight counts against it, and a draft cites it to rule
+    the hypothesis out."""
+    culprit: bool = False
+    """True when a ref of this signal names the culprit (the blocking session, the top
+    statement, the client holding connections): fetched once the hypothesis is confirmed."""
+    aliases: dict[str, AliasList] = Field(default_factory=dict)
+    """The other names of this signal's `metric` glob or `match`/`any` strings (the card's
+    `aliases` are merged in): canonical → names (or {name, threshold})."""
 
     @property
     def test(self) -> Literal["match", "any", "where", "field", "metric"]:
@@ -221,6 +254,13 @@ class Signal(_Strict):
                     )
                     if body is not None and not body.strip():
                         raise _bad(f"where.{key}", f"a value after the operator (got {cond!r})")
+                    if cond.startswith("~") and not cond[1:].strip():
+                        raise _bad(f"where.{key}", f"a text to look for after ~ (got {cond!r})")
+                    if body is not None and body.strip().endswith("%"):
+                        try:
+                            float(body.strip()[:-1])
+                        except ValueError:
+                            raise _bad(f"where.{key}", f"a number before % (got {cond!r})") from None
         if test == "field":
             allowed = _FIELD_KINDS.get(tool, frozenset())
             if self.kind not in allowed:
@@ -242,7 +282,10 @@ class Signal(_Strict):
             if tool != "query_metrics":
                 raise _bad("metric", f"a query_metrics signal (got {tool})")
             if self.trend is None:
-                raise _bad("trend", "one of falls, high, low, rises (required with metric)")
+                raise _bad(
+                    "trend",
+                    "one of rises, falls, high, low, stays_below, stays_above, flat, ends_high, ends_low (required with metric)",
+                )
         else:
             if self.trend is not None:
                 raise _bad("trend", "no trend without a metric test")
@@ -256,7 +299,51 @@ class Signal(_Strict):
             raise _bad("scope" if self.scope is not None else "level", "scope and level only for query_logs")
         if self.labels is not None and tool != "query_metrics":
             raise _bad("labels", "labels only for query_metrics")
+        if self.rules_out and self.discriminating:
+            raise _bad("rules_out", "not both rules_out and discriminating (evidence against tells nothing apart)")
+        if self.rules_out and self.culprit:
+            raise _bad("culprit", "not both culprit and rules_out")
+        names = self.names()
+        for key, alts in self.aliases.items():
+            if key not in names:
+                raise _bad(
+                    f"aliases.{key}",
+                    f"the signal's metric glob or one of its match/any strings (got {key!r})",
+                )
+            for i, a in enumerate(alts):
+                if not a.name.strip():
+                    raise _bad(f"aliases.{key}[{i}]", "a non-empty name")
+                for attr in ("threshold", "scale"):
+                    if getattr(a, attr) is not None and test != "metric":
+                        raise _bad(f"aliases.{key}[{i}].{attr}", f"a {attr} only for a metric signal's aliases")
         return self
+
+    def names(self) -> list[str]:
+        """What `aliases` may rename: the metric glob, or the match/any strings."""
+        if self.metric is not None:
+            return [self.metric]
+        return list(self.match or self.any_ or [])
+
+    def spellings(self, name: str) -> list[str]:
+        """`name` and its aliases, canonical first."""
+        return [name, *(a.name for a in self.aliases.get(name, ()) if a.name != name)]
+
+    def metric_names(self) -> list[tuple[str, float | None]]:
+        """(glob, threshold) of the metric test under every name: the canonical glob with the
+        signal's threshold, then each alias with its own (default the signal's)."""
+        if self.metric is None:
+            return []
+        out = [(self.metric, self.threshold)]
+        for a in self.aliases.get(self.metric, ()):
+            if a.name == self.metric:
+                continue
+            if a.threshold is not None:
+                out.append((a.name, a.threshold))
+            elif a.scale is not None and self.threshold is not None:
+                out.append((a.name, self.threshold * a.scale))
+            else:
+                out.append((a.name, self.threshold))
+        return out
 
 
 class Hypothesis(_Strict):
@@ -308,6 +395,10 @@ class Card(_Strict):
     """Free tags."""
     identifiers: list[str] = Field(default_factory=list)
     """Exact strings for the L0 identifier index (error codes, log signatures, metric names)."""
+    aliases: dict[str, AliasList] = Field(default_factory=dict)
+    """Other names of the metric globs and match/any strings its signals use (CloudWatch,
+    Datadog, New Relic, Prometheus exporters …): canonical → names (or {name, threshold});
+    merged into every signal that uses the canonical name."""
     hypotheses: list[Hypothesis] = Field(default_factory=list)
     """What the offline planner may test."""
     body: str = ""
@@ -329,6 +420,52 @@ class Card(_Strict):
             if not s.strip():
                 raise ValueError("a list of non-empty strings")
         return value
+
+    @model_validator(mode="after")
+    def _merge_aliases(self) -> Card:
+        """Validate the card's `aliases` and merge them into the signals that use each name."""
+        if not self.aliases:
+            return self
+        used: dict[str, bool] = {}
+        for h in self.hypotheses:
+            for sig in h.signals:
+                for n in sig.names():
+                    used[n] = used.get(n, False) or sig.metric is not None
+        for key, alts in self.aliases.items():
+            if key not in used:
+                raise _bad(
+                    f"aliases.{key}",
+                    f"a metric glob or a match/any string of one of this card's signals (got {key!r})",
+                )
+            for i, a in enumerate(alts):
+                if not a.name.strip():
+                    raise _bad(f"aliases.{key}[{i}]", "a non-empty name")
+                for attr in ("threshold", "scale"):
+                    if getattr(a, attr) is not None and not used[key]:
+                        raise _bad(
+                            f"aliases.{key}[{i}].{attr}",
+                            f"a {attr} only for aliases of a metric glob ({key!r} is a match/any string)",
+                        )
+        hyps: list[Hypothesis] = []
+        for h in self.hypotheses:
+            sigs: list[Signal] = []
+            for sig in h.signals:
+                extra = {n: self.aliases[n] for n in sig.names() if n in self.aliases}
+                if not extra:
+                    sigs.append(sig)
+                    continue
+                merged = {k: list(v) for k, v in sig.aliases.items()}
+                for n, alts in extra.items():
+                    have = {a.name for a in merged.get(n, [])}
+                    merged.setdefault(n, []).extend(a for a in alts if a.name not in have)
+                sigs.append(sig.model_copy(update={"aliases": merged}))
+            hyps.append(h.model_copy(update={"signals": sigs}))
+        object.__setattr__(self, "hypotheses", hyps)
+        # Every name a card recognises is an identifier of it: a lookup naming a vendor's metric
+        # (`aws.rds.database_connections`) finds the card as its canonical name would.
+        names = [n for key, alts in self.aliases.items() for n in (key, *(a.name for a in alts)) if "*" not in n and "?" not in n]
+        object.__setattr__(self, "identifiers", list(dict.fromkeys([*self.identifiers, *names])))
+        return self
 
 
 class _CardLoader(yaml.SafeLoader):

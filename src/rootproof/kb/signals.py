@@ -18,7 +18,7 @@ from typing import Any
 from rootproof.kb.cards import Signal
 from rootproof.tools.refs import fold_text
 
-__all__ = ["as_number", "compare", "norm", "ref_matches", "row_of", "where_holds"]
+__all__ = ["ENDS_SHARE", "as_number", "compare", "norm", "ref_matches", "row_of", "trend_holds", "where_holds"]
 
 Spans = Iterable[Sequence[int]]
 """Half-open `[start, end)` character offsets into a ref's text."""
@@ -74,12 +74,48 @@ def compare(actual: Any, op: str, expected: Any) -> bool:
 _WHERE_OPS = ((">=", "ge"), ("<=", "le"), ("!=", "ne"), (">", "gt"), ("<", "lt"))
 
 
-def where_holds(row: Mapping[str, Any], cond: Mapping[str, Any]) -> bool:
-    """Whether a table row satisfies every condition of a `where` test."""
+def _share(have: Any, key: str, table: Sequence[Mapping[str, Any]] | None) -> float | None:
+    """`have` as a percentage of the column `key` summed over the rows of its table."""
+    a = as_number(have)
+    if a is None or not table:
+        return None
+    total = sum(v for r in table if (v := as_number(r.get(key, ""))) is not None)
+    return None if total <= 0 else 100.0 * a / total
+
+
+_PATH_PART = re.compile(r"\.?([^.\[\]]+)|\[(\d+)\]")
+
+
+def _lookup(row: Mapping[str, Any], key: str) -> tuple[bool, Any]:
+    """(found, value) of `key` in a row: a column, or a path into a nested value
+    (`wait_events[0].name`: the name of the first wait event listed)."""
+    if key in row:
+        return True, row[key]
+    cur: Any = row
+    pos = 0
+    for m in _PATH_PART.finditer(key):
+        if m.start() != pos:
+            return False, None
+        pos = m.end()
+        name, index = m.group(1), m.group(2)
+        if name is not None and isinstance(cur, Mapping) and name in cur:
+            cur = cur[name]
+        elif index is not None and isinstance(cur, list) and int(index) < len(cur):
+            cur = cur[int(index)]
+        else:
+            return False, None
+    return (pos == len(key) and pos > 0), cur
+
+
+def where_holds(row: Mapping[str, Any], cond: Mapping[str, Any], table: Sequence[Mapping[str, Any]] | None = None) -> bool:
+    """Whether a table row satisfies every condition of a `where` test. A comparison whose value
+    ends in `%` compares the row's share of its column's total over `table` (the rows of the same
+    result); without the table it does not hold. `~text` holds when the value contains the text.
+    A key may be a path into a nested value (`wait_events[0].name`)."""
     for key, want in cond.items():
-        if key not in row:
+        found, have = _lookup(row, key)
+        if not found:
             return False
-        have = row[key]
         if isinstance(want, list):
             if not any(compare(have, "eq", w) for w in want):
                 return False
@@ -90,9 +126,19 @@ def where_holds(row: Mapping[str, Any], cond: Mapping[str, Any]) -> bool:
                 if not have:
                     return False
                 continue
+            if w.startswith("~"):
+                shown = have if isinstance(have, str) else json.dumps(have, ensure_ascii=False)
+                if norm(w[1:]) not in norm(shown):
+                    return False
+                continue
             for op, name in _WHERE_OPS:
                 if w.startswith(op):
-                    if not compare(have, name, w[len(op) :].strip()):
+                    rhs = w[len(op) :].strip()
+                    if rhs.endswith("%") and as_number(rhs) is not None:
+                        share = _share(have, key, table)
+                        if share is None or not compare(share, name, rhs[:-1]):
+                            return False
+                    elif not compare(have, name, rhs):
                         return False
                     break
             else:
@@ -151,14 +197,16 @@ def ref_matches(
     raw_path: str,
     text: str,
     spans: Spans = (),
+    table: Sequence[Mapping[str, Any]] | None = None,
 ) -> bool:
     """Whether the ref (`tool`/`kind` of the call that returned it, its `raw_path` and `text`)
     passes `signal`'s test, looking only outside the untrusted `spans` of `text`.
 
     The ref must come from the signal's tool (and kind, when the signal names one). `match`/`any`
     test the folded text; `where` one table row (string values that occur only inside spans are
-    dropped); `field` an `info`/`config`/`settings`/`status` field; `metric` a series summary.
-    `$.no_evidence` is never a match.
+    dropped; `table`, the rows of the same result, lets a condition compare a row's share of
+    its column); `field` an `info`/`config`/`settings`/`status` field; `metric` a series
+    summary. `$.no_evidence` is never a match.
     """
     if tool != signal.tool or raw_path == "$.no_evidence":
         return False
@@ -169,15 +217,15 @@ def ref_matches(
     test = signal.test
     if test == "match":
         nt = norm(visible)
-        return all(norm(s) in nt for s in signal.match or [])
+        return all(any(norm(a) in nt for a in signal.spellings(s)) for s in signal.match or [])
     if test == "any":
         nt = norm(visible)
-        return any(norm(s) in nt for s in signal.any_ or [])
+        return any(norm(a) in nt for s in signal.any_ or [] for a in signal.spellings(s))
     if test == "where":
         if not raw_path.startswith("$.rows["):
             return False
         row = _row_outside(tool, text, visible, bool(span_list))
-        return row is not None and where_holds(row, dict(signal.where or {}))
+        return row is not None and where_holds(row, dict(signal.where or {}), table)
     if test == "field":
         fv = _field_value(raw_path, visible)
         return (
@@ -187,18 +235,47 @@ def ref_matches(
             and compare(fv[1], signal.op, signal.value)
         )
     m = _SERIES.match(visible)
-    if not m or not fnmatch.fnmatch(norm(m.group("metric")), norm(signal.metric or "")):
+    if not m:
+        return False
+    name = norm(m.group("metric"))
+    thresholds = [t for glob, t in signal.metric_names() if fnmatch.fnmatch(name, norm(glob))]
+    if not thresholds:
         return False
     if signal.labels:
         labels = m.group("labels") or ""
         if not all(f'{k}="{v}"' in labels for k, v in signal.labels.items()):
             return False
-    thr = signal.threshold or 0.0
-    val = {k: as_number(m.group(k)) for k in ("delta", "max", "min")}
-    if signal.trend == "rises":
-        return val["delta"] is not None and val["delta"] > thr
-    if signal.trend == "falls":
-        return val["delta"] is not None and val["delta"] < -thr
-    if signal.trend == "high":
-        return val["max"] is not None and val["max"] >= thr
-    return val["min"] is not None and val["min"] <= thr
+    val = {k: as_number(m.group(k)) for k in ("first", "last", "delta", "max", "min")}
+    # The first name that matches decides the threshold: the canonical glob, then the aliases in order.
+    return trend_holds(signal.trend or "high", thresholds[0] or 0.0, val)
+
+
+ENDS_SHARE = 0.25
+"""`ends_high`/`ends_low`: the last value lies within this share of the range from its top/bottom."""
+
+
+def trend_holds(trend: str, thr: float, val: Mapping[str, float | None]) -> bool:
+    """Whether a series summary ({first, last, delta, max, min}) shows `trend` with threshold `thr`."""
+    delta, hi, lo, last = val.get("delta"), val.get("max"), val.get("min"), val.get("last")
+    if trend == "rises":
+        return delta is not None and delta > thr
+    if trend == "falls":
+        return delta is not None and delta < -thr
+    if trend == "high":
+        return hi is not None and hi >= thr
+    if trend == "low":
+        return lo is not None and lo <= thr
+    if trend == "stays_below":
+        return hi is not None and hi < thr
+    if trend == "stays_above":
+        return lo is not None and lo > thr
+    if hi is None or lo is None:
+        return False
+    span = hi - lo
+    if trend == "flat":
+        return span <= thr
+    if last is None or span <= thr:
+        return False
+    if trend == "ends_high":
+        return hi - last <= ENDS_SHARE * span
+    return last - lo <= ENDS_SHARE * span

@@ -15,9 +15,22 @@ from typing import Any
 
 from rootproof.agent.models.base import AssistantMessage, Message, ToolResultMessage
 from rootproof.kb.cards import Signal
-from rootproof.kb.signals import as_number, norm, ref_matches
+from rootproof.kb.signals import as_number, norm, ref_matches, row_of
 
-__all__ = ["Hit", "Observation", "evaluate_signal", "observations_from", "query_phrases", "ref_spans", "query_terms", "signal_strings"]
+__all__ = [
+    "Hit",
+    "Observation",
+    "evaluate_signal",
+    "metric_style",
+    "metric_styles_seen",
+    "near_misses",
+    "observations_from",
+    "query_phrases",
+    "query_terms",
+    "ref_spans",
+    "signal_strings",
+    "uncovered_metric_names",
+]
 
 LOG_KINDS = {"inspect_postgres": {"log"}, "inspect_redis": {"log", "slowlog"}, "inspect_nginx": {"error_log", "access_log"}}
 
@@ -122,8 +135,48 @@ def ref_spans(ref: dict[str, Any]) -> tuple[tuple[int, int], ...]:
 
 
 def signal_strings(sig: Signal) -> list[str]:
-    """The strings of a match/any test."""
-    return list(sig.match or sig.any_ or [])
+    """The strings of a match/any test, each followed by its aliases."""
+    return [a for s in sig.match or sig.any_ or [] for a in sig.spellings(s)]
+
+
+def metric_style(name: str) -> str:
+    """How a metric name is spelled: `path` (Cloud Monitoring `…/database/cpu/utilization`),
+    `dotted` (Datadog, New Relic, Performance Insights `db.load.avg`), `camel` (CloudWatch
+    `CPUUtilization`) or `snake` (Prometheus exporters, Azure Monitor)."""
+    bare = name.replace("*", "").replace("?", "")
+    if "/" in bare:
+        return "path"
+    if "." in bare:
+        return "dotted"
+    if "_" not in bare and any(ch.isupper() for ch in bare):
+        return "camel"
+    return "snake"
+
+
+_SERIES_NAME = re.compile(r"^([^\s{]+)(?:\{[^}]*\})? first=")
+
+
+def metric_styles_seen(observations: list[Observation]) -> set[str]:
+    """The spellings of the metric series the observations returned (empty when none came back)."""
+    out: set[str] = set()
+    for obs in observations:
+        if obs.tool != "query_metrics" or not obs.ready:
+            continue
+        for ref in obs.refs:
+            m = _SERIES_NAME.match(str(ref.get("text", "")))
+            if m:
+                out.add(metric_style(m.group(1)))
+    return out
+
+
+def metric_names_to_check(sig: Signal, observations: list[Observation]) -> list[str]:
+    """The names of a metric signal worth asking for here: every name spelled the way this
+    environment's series are (all of them before any series came back), canonical first."""
+    names = [n for n, _ in sig.metric_names()]
+    styles = metric_styles_seen(observations)
+    if not styles:
+        return names
+    return [n for n in names if metric_style(n) in styles]
 
 
 def query_terms(sig: Signal) -> list[str]:
@@ -157,7 +210,7 @@ def _covers(obs: Observation, sig: Signal) -> bool:
     if sig.kind is not None and obs.kind != sig.kind:
         return False
     if sig.tool == "query_metrics":
-        return fnmatch.fnmatch(norm(sig.metric or ""), norm(str(obs.args.get("metric", ""))).replace("\\*", "*")) or str(obs.args.get("metric")) in ("*", sig.metric)
+        return _covers_metric(obs, sig.metric or "")
     is_log_like = sig.tool == "query_logs" or (sig.kind in LOG_KINDS.get(sig.tool, set()))
     q = str(obs.args.get("query", "") or "")
     if is_log_like or q:
@@ -175,9 +228,38 @@ def _covers(obs: Observation, sig: Signal) -> bool:
     return True
 
 
+def _table(obs: Observation) -> list[dict[str, Any]]:
+    """The table rows an observation returned."""
+    rows: list[dict[str, Any]] = []
+    for ref in obs.refs:
+        if str(ref.get("raw_path", "")).startswith("$.rows["):
+            row = row_of(obs.tool, str(ref.get("text", "")))
+            if row is not None:
+                rows.append(row)
+    return rows
+
+
+def _covers_metric(obs: Observation, name: str) -> bool:
+    """Whether a complete `query_metrics` observation asked for (at least) the series `name` names."""
+    if obs.tool != "query_metrics" or not obs.complete:
+        return False
+    asked = str(obs.args.get("metric", ""))
+    return asked in ("*", name) or fnmatch.fnmatch(norm(name), norm(asked))
+
+
+def uncovered_metric_names(sig: Signal, observations: list[Observation]) -> list[str]:
+    """The names of a metric signal (canonical and aliases, as `metric_names_to_check` picks
+    them) that no complete observation asked for yet."""
+    return [n for n in metric_names_to_check(sig, observations) if not any(_covers_metric(o, n) for o in observations)]
+
+
 def evaluate_signal(sig: Signal, observations: list[Observation]) -> tuple[bool, list[Hit]]:
-    """(observable, hits): observable when some observation covers the signal; hits are refs that pass."""
-    observable = False
+    """(observable, hits): observable when some observation covers the signal (for a metric, each
+    of its names spelled as this environment spells them); hits are refs that pass."""
+    if sig.tool == "query_metrics":
+        observable = any(o.tool == "query_metrics" and o.ready for o in observations) and not uncovered_metric_names(sig, observations)
+    else:
+        observable = False
     hits: list[Hit] = []
     seen: set[tuple[str, str]] = set()
     for obs in observations:
@@ -185,8 +267,11 @@ def evaluate_signal(sig: Signal, observations: list[Observation]) -> tuple[bool,
             continue
         if sig.kind is not None and obs.kind != sig.kind:
             continue
-        if _covers(obs, sig):
+        if sig.tool != "query_metrics" and _covers(obs, sig):
             observable = True
+        # The rows of the whole result, for conditions on a row's share of its column (only when
+        # nothing was omitted: a share of what was shown would be a guess).
+        table = _table(obs) if sig.where and obs.complete else None
         for ref in obs.refs:
             path, text = str(ref.get("raw_path", "")), str(ref.get("text", ""))
             if path == "$.no_evidence" or (obs.invocation_id, path) in seen:
@@ -195,7 +280,7 @@ def evaluate_signal(sig: Signal, observations: list[Observation]) -> tuple[bool,
             if ref.get("instruction_like"):
                 continue
             spans = ref_spans(ref)
-            if ref_matches(sig, obs.tool, obs.kind, path, text, spans):
+            if ref_matches(sig, obs.tool, obs.kind, path, text, spans, table):
                 seen.add((obs.invocation_id, path))
                 hits.append(
                     Hit(
@@ -213,10 +298,46 @@ def evaluate_signal(sig: Signal, observations: list[Observation]) -> tuple[bool,
         # form of the signal that occurred (e.g. both "connect() failed" and "no live upstreams").
         lead: list[Hit] = []
         for alt in sig.any_:
-            h = next((h for h in hits if norm(alt) in norm(h.text) and h not in lead), None)
+            h = next((h for h in hits if any(norm(a) in norm(h.text) for a in sig.spellings(alt)) and h not in lead), None)
             if h is not None:
                 lead.append(h)
         hits = lead + [h for h in hits if h not in lead]
     if hits:
         observable = True
+    elif sig.tool == "query_metrics" and not observable:
+        # A series under one of its names was seen and tested: the signal was looked at, whatever
+        # other names it has.
+        globs = [norm(n) for n, _ in sig.metric_names()]
+        observable = any(
+            (m := _SERIES_NAME.match(str(ref.get("text", "")))) is not None and any(fnmatch.fnmatch(norm(m.group(1)), g) for g in globs)
+            for obs in observations
+            if obs.tool == "query_metrics" and obs.ready
+            for ref in obs.refs
+        )
     return observable, hits
+
+
+def near_misses(sig: Signal, observations: list[Observation]) -> list[Hit]:
+    """The refs a metric or field signal tested and found normal: series under one of its names
+    whose summary fails the trend test, or the named field whose value fails the comparison.
+    What a draft cites to show that the signal was looked at and did not hold."""
+    if sig.tool == "query_metrics":
+        low = float("-inf")
+        renamed = {k: [a.model_copy(update={"threshold": low}) for a in v] for k, v in sig.aliases.items()}
+        probe = sig.model_copy(update={"trend": "high", "threshold": low, "aliases": renamed})
+    elif sig.field is not None:
+        probe = sig.model_copy(update={"op": "ne", "value": "\x00"})
+    else:
+        return []
+    out: list[Hit] = []
+    for obs in observations:
+        if obs.tool != sig.tool or not obs.ready or (sig.kind is not None and obs.kind != sig.kind):
+            continue
+        for ref in obs.refs:
+            path, text = str(ref.get("raw_path", "")), str(ref.get("text", ""))
+            if path == "$.no_evidence" or ref.get("instruction_like"):
+                continue
+            spans = ref_spans(ref)
+            if ref_matches(probe, obs.tool, obs.kind, path, text, spans) and not ref_matches(sig, obs.tool, obs.kind, path, text, spans):
+                out.append(Hit(invocation_id=obs.invocation_id, tool=obs.tool, raw_path=path, text=text, data_source=str(ref.get("data_source", obs.data_source)), kind=obs.kind, spans=spans))
+    return out

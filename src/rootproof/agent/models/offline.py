@@ -25,20 +25,23 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from rootproof.agent.draft import DiagnosisDraft
 from rootproof.agent.models.base import ModelRequest, ModelTurn, ToolCall, UserMessage
 from rootproof.agent.models.evidence_view import (
     LOG_KINDS,
     Hit,
     Observation,
     evaluate_signal,
+    near_misses,
     observations_from,
     query_terms,
     ref_spans,
     signal_strings,
+    uncovered_metric_names,
 )
 from rootproof.boundary.provenance import outside_spans, record_key
 from rootproof.evidence_sources import from_component, names_component, observes
-from rootproof.kb.signals import ref_matches
+from rootproof.kb.signals import as_number, ref_matches, row_of
 from rootproof.taxonomy import recovery_policy
 from rootproof.tools.refs import parse_log_ref
 
@@ -73,6 +76,8 @@ BROAD = {
 }
 _STOP_CODES = {"SCOPE_SATURATED", "BUDGET_EXHAUSTED", "TOOL_NOT_ALLOWED", "CIRCUIT_OPEN"}
 _CARD_ID = re.compile(r"^\[([a-z0-9-]+)\]")
+_CULPRIT_NAMES = ("application_name", "client_addr", "client_hostname", "usename", "user", "pid", "statement", "query", "name", "id", "addr", "host")
+"""Row fields that name a culprit (a statement, a user, a host, a session), in this order."""
 _EXCEPTION = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Exception|Error)\b")
 
 _LABELS_ZH = {
@@ -90,6 +95,18 @@ def _label(component: str, mechanism: str, zh: bool) -> str:
     if zh:
         return f"{comp} {_LABELS_ZH.get(mechanism, mechanism.replace('_', ' '))}"
     return f"{comp} {mechanism.replace('_', ' ')}"
+
+
+def _schema_kinds(schema: dict[str, Any]) -> frozenset[str] | None:
+    """The values a tool's `kind` argument may take, from its JSON schema (None: no such enum)."""
+    prop = (schema.get("properties") or {}).get("kind")
+    if not isinstance(prop, dict):
+        return None
+    if "$ref" in prop:
+        ref = str(prop["$ref"]).rsplit("/", 1)[-1]
+        prop = (schema.get("$defs") or {}).get(ref, {})
+    enum = prop.get("enum")
+    return frozenset(str(v) for v in enum) if isinstance(enum, list) else None
 
 
 def _question(request: ModelRequest) -> str:
@@ -204,6 +221,13 @@ class Candidate:
     unobservable: list[Signal] = field(default_factory=list)
     records: set[tuple[str, str]] = field(default_factory=set)
     """(tool, timestamp-free text) of every record its scored signals matched."""
+    against: list[tuple[Signal, list[Hit]]] = field(default_factory=list)
+    """Each seen `rules_out` signal with its refs: evidence against the hypothesis."""
+    culprit_hits: list[tuple[Signal, list[Hit]]] = field(default_factory=list)
+    """Each seen `culprit` signal with all its refs (whatever heavier signal counted them)."""
+    near_misses: list[tuple[Signal, list[Hit]]] = field(default_factory=list)
+    """Each metric or field signal that was looked at and did not hold, with the series or
+    fields it tested (what was normal)."""
 
     @property
     def key(self) -> str:
@@ -232,12 +256,22 @@ class OfflinePlanner:
 
     def __init__(self, knowledge: KnowledgeBase) -> None:
         self.kb = knowledge
+        self._kinds: dict[str, frozenset[str]] = {}
+
+    def _asks(self, s: Signal, offered: set[str]) -> bool:
+        """Whether a call can answer the signal: its tool is offered, with its kind (a tool's
+        schema lists the kinds it has; a source without load breakdowns has no such kind)."""
+        if s.tool not in offered:
+            return False
+        kinds = self._kinds.get(s.tool)
+        return s.kind is None or kinds is None or s.kind in kinds
 
     # -- the protocol ------------------------------------------------------------------------
     def step(self, request: ModelRequest) -> ModelTurn:
         question = _question(request)
         observations = observations_from(request.messages)
         offered = {t.name for t in request.tools}
+        self._kinds = {t.name: k for t in request.tools if (k := _schema_kinds(t.parameters)) is not None}
         if not observations and request.mode == "gather":
             return ModelTurn(tool_calls=self._first_look(question, offered, request.step_index))
         candidates = self._candidates(observations)
@@ -297,16 +331,26 @@ class OfflinePlanner:
     def _score(candidates: list[Candidate], observations: list[Observation]) -> None:
         for c in candidates:
             c.seen = c.checked = 0.0
-            c.hits, c.unobservable, c.records = [], [], set()
+            c.hits, c.unobservable, c.records, c.against, c.near_misses, c.culprit_hits = [], [], set(), [], [], []
             found: list[tuple[Signal, list[Hit]]] = []
             for s in c.signals:
                 observable, hits = evaluate_signal(s, observations)
+                if not observable:
+                    c.unobservable.append(s)
+                if s.rules_out:
+                    if hits:
+                        c.against.append((s, hits))
+                    continue
+                if hits and s.culprit:
+                    c.culprit_hits.append((s, hits))
                 if hits:
                     found.append((s, hits))
+                elif observable:
+                    missed = near_misses(s, observations)
+                    if missed:
+                        c.near_misses.append((s, missed))
                 if observable:
                     c.checked += s.weight
-                else:
-                    c.unobservable.append(s)
             # One record counts once per hypothesis, whichever cards or signals name it: the
             # heaviest signal that matched it counts; a signal whose every record a heavier one
             # already counted adds nothing (one Full GC line is one line, not two cards' worth).
@@ -339,6 +383,18 @@ class OfflinePlanner:
                             extra += s.weight
                         taken |= recs
                 c.seen = c.own + extra
+        # Evidence against a hypothesis (its metric back to baseline, its resource expanded)
+        # counts against it, by the heaviest such signal per record.
+        for c in candidates:
+            claimed = set()
+            against = 0.0
+            for s, hits in sorted(c.against, key=lambda sh: -sh[0].weight):
+                if {_record(h) for h in hits} - claimed:
+                    against += s.weight
+                claimed.update(_record(h) for h in hits)
+            if against:
+                c.seen = max(0.0, c.seen - against)
+                c.own = max(0.0, c.own - against)
 
     def _gate(self, c: Candidate, by_key: dict[str, Candidate]) -> tuple[list[tuple[str, str]], bool]:
         """(what is missing for `c` to be a root cause the EvidenceGuard accepts, whether all its
@@ -359,28 +415,71 @@ class OfflinePlanner:
         if shared:
             names = ", ".join(a.replace("/", " ") for a in alts if any(ref_matches(s, h.tool, h.kind, h.raw_path, h.text, h.spans) for s in by_key[a].signals for h in hits))
             missing.append((f"every signal seen is shared with {names}; none tells it apart", f"所见信号均与 {names} 共有，没有能区分它们的信号"))
+        elif hits and not any(s.discriminating for s, _ in scored):
+            # A symptom (an exhausted pool's timeouts) is never enough while a discriminating
+            # signal of a cause it is told apart from, or that explains it, is seen (an unknown host).
+            rivals = [k for k in (*alts, *(o.key for o in by_key.values() if c.key in o.explains)) if k != c.key]
+            told = [k for k in dict.fromkeys(rivals) if any(s.discriminating and s.weight >= CONTEXT_WEIGHT for s, _ in by_key[k].hits)]
+            if told:
+                names = ", ".join(k.replace("/", " ") for k in told)
+                missing.append((f"a discriminating signal of {names} is seen and none of its own", f"已见 {names} 的区分信号，而没有它自己的区分信号"))
+                shared = True
         return missing, shared
 
-    def _verdict(self, candidates: list[Candidate]) -> tuple[list[Candidate], Candidate | None, float, bool, list[tuple[str, str]]]:
-        """(ranked, best, runner-up weight, confirmed, what is missing): the leader among the
-        hypotheses whose evidence is not all shared with a named alternative."""
+    @staticmethod
+    def _independent(a: Candidate, b: Candidate) -> bool:
+        """Whether two hypotheses rest on independent evidence and do not compete: no record in
+        common, neither explains the other, and neither's cards name the other as an alternative
+        to tell apart."""
+        return (
+            not (a.records & b.records)
+            and a.key not in b.explains
+            and b.key not in a.explains
+            and a.key not in b.distinguishes_from
+            and b.key not in a.distinguishes_from
+            and a.key != b.key
+        )
+
+    def _verdict(self, candidates: list[Candidate]) -> tuple[list[Candidate], Candidate | None, float, bool, list[tuple[str, str]], list[Candidate]]:
+        """(ranked, best, runner-up weight, confirmed, what is missing, contributing causes): the
+        leader among the hypotheses whose evidence is not all shared with a named alternative;
+        the margin is kept over the rivals that share its evidence or compete with it, and a
+        hypothesis confirmed on independent evidence is a contributing cause."""
         ranked = sorted(candidates, key=lambda c: (-c.seen, c.rank))
         if not ranked:
-            return ranked, None, 0.0, False, []
+            return ranked, None, 0.0, False, [], []
         by_key = {c.key: c for c in candidates}
         gates = {c.key: self._gate(c, by_key) for c in ranked if c.seen > 0}
         contenders = [c for c in ranked if not gates.get(c.key, ([], False))[1]]
         best = contenders[0] if contenders else ranked[0]
         # A rival resting on one record (one line, however often repeated) could never be a root
         # cause itself, and does not block one.
-        runner = max((c.seen for c in contenders if c is not best and len(c.records) >= MIN_RECORDS), default=0.0)
+        rivals = [c for c in contenders if c is not best and len(c.records) >= MIN_RECORDS]
+
+        def clears(c: Candidate) -> bool:
+            return c.seen >= ROOT_THRESHOLD and c.strong and not gates.get(c.key, ([], False))[0]
+
+        # A rival confirmed in its own right on independent evidence is a contributing cause, not a
+        # runner-up; every other rival (sharing evidence, competing, or not confirmed) keeps the margin.
+        independent = [c for c in rivals if self._independent(best, c) and clears(c)]
+        runner = max((c.seen for c in rivals if c not in independent), default=0.0)
         missing = list(gates.get(best.key, ([], False))[0])
         if best.seen < ROOT_THRESHOLD or not best.strong:
             missing.insert(0, (f"its signals weigh {best.seen:g} (a root cause needs {ROOT_THRESHOLD:g}, one of weight 2 or more)", f"信号权重 {best.seen:g}（根因需要 {ROOT_THRESHOLD:g}，且至少一个权重 ≥ 2 的信号）"))
         elif best.seen - runner < MARGIN:
             missing.insert(0, (f"it leads the runner-up by {best.seen - runner:g} (a root cause needs {MARGIN:g})", f"领先次强假设 {best.seen - runner:g}（根因需要 {MARGIN:g}）"))
         confirmed = best.seen > 0 and not missing
-        return ranked, best, runner, confirmed, missing
+        contributing: list[Candidate] = []
+        if confirmed:
+            for c in independent:
+                # Confirmed in its own right: over the threshold, what the guard needs holds, and
+                # it leads its own rivals (those that share its evidence) by the margin.
+                if any(not self._independent(c, k) for k in contributing):
+                    continue
+                own_rivals = [r.seen for r in rivals if r is not c and not self._independent(c, r) and r is not best]
+                if c.seen - max(own_rivals, default=0.0) >= MARGIN:
+                    contributing.append(c)
+        return ranked, best, runner, confirmed, missing, contributing[:2]
 
     def _next_calls(self, question: str, candidates: list[Candidate], observations: list[Observation], offered: set[str], step: int) -> list[ToolCall]:
         lookups = [o for o in observations if o.tool == "lookup_knowledge"]
@@ -409,7 +508,7 @@ class OfflinePlanner:
                 calls.append(ToolCall(id=f"s{step}-{label}", name="query_logs", arguments=args_log))
                 used["query_logs"] = used.get("query_logs", 0) + 1
                 total += 1
-        ranked, _, _, confirmed, _ = self._verdict(candidates)
+        ranked, _, _, confirmed, _, contributing = self._verdict(candidates)
         # The leading hypothesis by weight, even when its evidence is all shared with an alternative.
         best = ranked[0] if ranked else None
         # The discriminating signals of what tells the leader apart (the alternatives its cards name,
@@ -424,7 +523,7 @@ class OfflinePlanner:
             s
             for k in related
             for s in by_key[k].unobservable
-            if s.discriminating and s.tool in offered and s.tool not in blocked and used.get(s.tool, 0) < MAX_CALLS_PER_TOOL
+            if s.discriminating and self._asks(s, offered) and s.tool not in blocked and used.get(s.tool, 0) < MAX_CALLS_PER_TOOL
         ]
         n_urgent = len({(s.tool, s.kind, s.metric if s.tool == "query_metrics" else None) for s in urgent})
 
@@ -503,13 +602,17 @@ class OfflinePlanner:
         # rest after them (one call per tool and kind: a call for a first signal also asks for the
         # others of its tool and kind).
         lead = [s for s in best.unobservable if s.discriminating] if best is not None and best in pursue else []
-        ahead = [s for s in sorted(lead, key=lambda s: -s.weight) + [s for s in urgent if s not in lead] if s.tool in offered and s.tool not in blocked]
+        # Once a mechanism is confirmed, one more bounded look fetches what names its culprit
+        # (the blocking session, the top statement by load, the client holding connections).
+        if confirmed and best is not None:
+            lead = [s for c in [best, *contributing] for s in c.unobservable if s.culprit and self._asks(s, offered)] + lead
+        ahead = [s for s in sorted(lead, key=lambda s: -s.weight) + [s for s in urgent if s not in lead] if self._asks(s, offered) and s.tool not in blocked]
         for s in ahead:
             groups.setdefault((s.tool, s.kind), []).append(s)
         firsts = set(groups)
         for c in pursue:
             for s in sorted(c.unobservable, key=lambda s: -s.weight):
-                if s.tool in offered and s.tool not in blocked and s not in ahead:
+                if self._asks(s, offered) and s.tool not in blocked and s not in ahead:
                     groups.setdefault((s.tool, s.kind), []).append(s)
         planned: list[tuple[float, str, dict[str, Any]]] = []
         for order, ((tool, kind), sigs) in enumerate(groups.items()):
@@ -520,10 +623,13 @@ class OfflinePlanner:
             log_like = tool == "query_logs" or (kind in LOG_KINDS.get(tool, set()))
             if tool == "query_metrics":
                 for s in sigs:
-                    args: dict[str, Any] = {"metric": s.metric}
-                    if s.labels:
-                        args["labels"] = dict(s.labels)
-                    planned.append((s.weight - 100.0 * order + (10_000.0 if s in ahead else 0.0), tool, args))
+                    # Every name it has (canonical and aliases) spelled as this environment
+                    # spells its series, that no complete look asked for yet.
+                    for rank, name in enumerate(uncovered_metric_names(s, observations)):
+                        args: dict[str, Any] = {"metric": name}
+                        if s.labels:
+                            args["labels"] = dict(s.labels)
+                        planned.append((s.weight - 100.0 * order - 0.01 * rank + (10_000.0 if s in ahead else 0.0), tool, args))
                 continue
             args = {"kind": kind} if kind else {}
             if not log_like and kind and any(o.tool == tool and o.kind == kind and o.ready and o.omitted and not o.args.get("query") for o in observations):
@@ -544,9 +650,16 @@ class OfflinePlanner:
                 if tool == "query_logs" and len(scopes) == 1 and None not in scopes:
                     args["scope"] = scopes.pop()
             planned.append((weight, tool, args))
+        # The last call of a tool stays free for what names a culprit (the top statement, the
+        # client holding the sessions) while a hypothesis with evidence still lacks it, so the
+        # drill-down after confirmation is never crowded out.
+        culprit_kinds = {(s.tool, s.kind) for c in ranked if c.seen > 0 for s in c.unobservable if s.culprit and self._asks(s, offered) and s.tool not in blocked}
         for weight, tool, args in sorted(planned, key=lambda p: -p[0]):
             sig = json.dumps([tool, args], sort_keys=True)
             if sig in done or used.get(tool, 0) >= MAX_CALLS_PER_TOOL or total >= MAX_TOOL_CALLS - (0 if weight >= 5_000.0 else reserve):
+                continue
+            kept = {k for t, k in culprit_kinds if t == tool} - {args.get("kind")}
+            if kept and used.get(tool, 0) >= MAX_CALLS_PER_TOOL - 1 and (tool, args.get("kind")) not in culprit_kinds:
                 continue
             done.add(sig)
             used[tool] = used.get(tool, 0) + 1
@@ -615,7 +728,7 @@ class OfflinePlanner:
     # -- the draft -------------------------------------------------------------------------
     def _draft(self, question: str, candidates: list[Candidate], observations: list[Observation]) -> dict[str, Any]:
         zh = _is_zh(question)
-        ranked, best, runner, confirmed, missing = self._verdict(candidates)
+        ranked, best, runner, confirmed, missing, contributing = self._verdict(candidates)
         if best is not None:
             ranked = [best] + [c for c in ranked if c is not best]
         claims: list[dict[str, Any]] = []
@@ -630,6 +743,8 @@ class OfflinePlanner:
             return cid
 
         root_cause = None
+        contributing_out: list[dict[str, Any]] = []
+        written_co: set[str] = set()
         recovery: list[dict[str, Any]] = []
         limitations: list[str] = []
         next_steps: list[str] = []
@@ -666,10 +781,38 @@ class OfflinePlanner:
                 ex = _excerpt(card_ref.text, [])
                 kc_ids.append(add_claim(f"知识卡片：“{ex}”" if zh else f"Knowledge card: \"{ex}\"", "finding", [cite(card_ref, [])]))
             culprit = self._culprit(best)
+            culprit_hit = self._culprit_hit(best)
+            if culprit_hit is not None:
+                # The ref that names the culprit is cited by a root-cause claim of its own (or
+                # is already quoted by one).
+                if culprit_hit.key not in shown:
+                    shown.add(culprit_hit.key)
+                    ex = _excerpt(culprit_hit.text, [])
+                    rc_ids.append(add_claim(f"罪魁（{label}）：“{ex}”" if zh else f"Culprit ({label}): \"{ex}\"", "root_cause", [cite(culprit_hit, [])]))
             root_cause = {"component": best.component, "mechanism": best.mechanism, "culprit": culprit, "claim_ids": rc_ids}
+            for co in contributing:
+                if len(claims) >= 10:
+                    break
+                co_label = _label(co.component, co.mechanism, zh)
+                co_hits = [(sg, [h for h in hs if h.key not in shown]) for sg, hs in sorted(co.hits, key=lambda sh: -sh[0].weight)]
+                co_hits = [(sg, hs) for sg, hs in co_hits if hs]
+                if not co_hits:
+                    continue
+                sg0, hs0 = co_hits[0]
+                ex = _excerpt(hs0[0].text, signal_strings(sg0))
+                cits = [cite(h, signal_strings(sg)) for sg, hs in co_hits[:4] for h in hs[:2]]
+                co_hit = self._culprit_hit(co)
+                if co_hit is not None and co_hit.key not in {(c["invocation_id"], c["raw_path"]) for c in cits}:
+                    cits.append(cite(co_hit, []))
+                shown.update((c["invocation_id"], c["raw_path"]) for c in cits)
+                text = f"独立的促成原因（{co_label}）：“{ex}”" if zh else f"Contributing cause, on independent evidence ({co_label}): \"{ex}\""
+                cid = add_claim(text, "root_cause", cits[:8])
+                contributing_out.append({"component": co.component, "mechanism": co.mechanism, "culprit": self._culprit(co), "claim_ids": [cid]})
+                hypotheses.append({"statement": co_label, "component": co.component, "mechanism": co.mechanism, "status": "confirmed", "claim_ids": [cid]})
+                written_co.add(co.key)
             hypotheses.append({"statement": label, "component": best.component, "mechanism": best.mechanism, "status": "confirmed", "claim_ids": rc_ids + kc_ids})
             top = best.top_hits(1)
-            effects = [c for c in ranked[1:] if c.key in best.explains and c.own > 0]
+            effects = [c for c in ranked[1:] if c.key in best.explains and c.own > 0 and c.key not in written_co]
             for eff in effects:
                 if len(claims) >= 10:
                     break
@@ -683,15 +826,18 @@ class OfflinePlanner:
                 cid = add_claim(text, "finding", cits[:8])
                 hypotheses.append({"statement": f"{elabel} ({'由 ' + label + ' 引起' if zh else 'explained by ' + label})", "component": eff.component, "mechanism": eff.mechanism, "status": "open", "claim_ids": [cid]})
             # An alternative with a discriminating signal seen is not ruled out: it stays open.
-            alternatives = [c for c in ranked[1:] if c.seen + MARGIN <= best.seen and c not in effects and not any(s.discriminating for s, _ in c.hits)]
+            alternatives = [c for c in ranked[1:] if c.key not in written_co and (c.seen + MARGIN <= best.seen or c.against) and c not in effects and not any(s.discriminating for s, _ in c.hits)]
             # The alternatives its cards name are answered first.
             alternatives.sort(key=lambda c: c.key not in best.distinguishes_from)
             seen_keys = {best.key} | {c.key for c in ranked}
-            extra = [p for p in best.distinguishes_from if p not in seen_keys]
+            # The alternatives the cards of the root cause and of each contributing cause name.
+            named_alts = list(dict.fromkeys(p for c in [best, *contributing] for p in c.distinguishes_from))
+            extra = [p for p in named_alts if p not in seen_keys and p not in written_co]
+            alternatives.sort(key=lambda c: c.key not in named_alts)
             by_key = {c.key: c for c in candidates}
             untested: list[str] = []
             written: set[str] = set()
-            for alt_key in [c.key for c in alternatives][:4] + extra[: max(0, 4 - len(alternatives))]:
+            for alt_key in [c.key for c in alternatives][:5] + extra[: max(0, 5 - len(alternatives))]:
                 comp, _, mech = alt_key.partition("/")
                 if len(claims) >= 11 or not top:
                     break
@@ -700,6 +846,11 @@ class OfflinePlanner:
                 # Never ruled out while a signal that would tell it apart was not looked at: what
                 # was not checked proves nothing against it.
                 unchecked = self._unchecked(alt_key, by_key.get(alt_key))
+                # … unless one of its discriminating signals was looked at and found normal (the
+                # series that would show it, within bounds): then it was tested.
+                declared = by_key.get(alt_key) or self._declared(alt_key, observations)
+                if unchecked and declared is not None and any(sg.discriminating for sg, _ in declared.near_misses) and not declared.hits:
+                    unchecked = []
                 if unchecked:
                     untested.append(alt_key)
                     hypotheses.append({"statement": alt, "component": comp, "mechanism": mech, "status": "open", "claim_ids": []})
@@ -716,12 +867,26 @@ class OfflinePlanner:
                         f"未能检验 {alt}：没有能观察 {comp.replace('_', ' ')} 的证据来源" if zh else f"{alt} not tested: no evidence from a source able to observe {comp.replace('_', ' ')}"
                     )
                     continue
-                ex = _excerpt(tests[0].text, [], tests[0].spans)
-                text = f"排除 {alt}：证据指向 {label}：“{ex}”" if zh else f"{alt} ruled out: the evidence points to {label}: \"{ex}\""
-                cid = add_claim(text, "finding", [cite(x, []) for x in tests])
+                alt_c = by_key.get(alt_key) or self._declared(alt_key, observations)
+                against = [h for _, hs in sorted(alt_c.against, key=lambda sh: -sh[0].weight) for h in hs[:2]] if alt_c else []
+                if against:
+                    ex = _excerpt(against[0].text, [], against[0].spans)
+                    text = f"排除 {alt}：“{ex}”" if zh else f"{alt} ruled out: \"{ex}\""
+                else:
+                    ex = _excerpt(tests[0].text, [], tests[0].spans)
+                    text = f"排除 {alt}：证据指向 {label}：“{ex}”" if zh else f"{alt} ruled out: the evidence points to {label}: \"{ex}\""
+                # What contradicts it first, then what its own signals tested and found normal
+                # (its metric flat), then the evidence for the root cause.
+                normal = [h for _, hs in (alt_c.near_misses if alt_c else []) for h in hs[:1]]
+                lead_refs = _distinct_first(against[:4] + normal)[:4]
+                if normal and not against:
+                    ex = _excerpt(normal[0].text, [], normal[0].spans)
+                    text = f"排除 {alt}：“{ex}”" if zh else f"{alt} ruled out: \"{ex}\""
+                pool = lead_refs + [x for x in tests if x.key not in {a.key for a in lead_refs}]
+                cid = add_claim(text, "finding", [cite(x, []) for x in pool[:8]])
                 hypotheses.append({"statement": alt, "component": comp, "mechanism": mech, "status": "ruled_out", "claim_ids": [cid]})
             for c in ranked[1:]:
-                if c in effects or c.key in written:
+                if c in effects or c.key in written or c.key in written_co:
                     continue
                 unchecked = [sg for sg in c.unobservable if sg.discriminating]
                 if unchecked and c.key in self._related(best, candidates):
@@ -743,13 +908,38 @@ class OfflinePlanner:
             for c in ranked[:6]:
                 status = "open"
                 cids: list[str] = []
+                label = _label(c.component, c.mechanism, zh)
                 if c.hits and len(claims) < 8:
                     sig, hits = max(c.hits, key=lambda sh: sh[0].weight)
                     anchors = signal_strings(sig)
                     ex = _excerpt(hits[0].text, anchors)
-                    label = _label(c.component, c.mechanism, zh)
                     cids.append(add_claim(f"{label} 的部分信号：“{ex}”" if zh else f"Partial signal of {label}: \"{ex}\"", "finding", [cite(hits[0], anchors)]))
-                hypotheses.append({"statement": _label(c.component, c.mechanism, zh), "component": c.component, "mechanism": c.mechanism, "status": status, "claim_ids": cids})
+                # The health evidence: what contradicts the suspected mechanism (its metric back to
+                # baseline, its resource expanded), else the series and fields its signals tested
+                # and found normal. Ruled out only with a ref from a source able to observe it.
+                health = [h for _, hs in sorted(c.against, key=lambda sh: -sh[0].weight) for h in hs[:2]]
+                # (Worded without a negation: the judge reads one as denying the quoted evidence.)
+                word = ("已排除" if zh else "ruled out") if health else ("已检查" if zh else "checked")
+                if not health and c.seen == 0:
+                    health = [h for _, hs in sorted(c.near_misses, key=lambda sh: -sh[0].weight) for h in hs[:1]]
+                if health and len(claims) < 9:
+                    health = _distinct_first(health)[:4]
+                    ex = _excerpt(health[0].text, [], health[0].spans)
+                    text = f"{label} {word}：“{ex}”" if zh else f"{label} {word}: \"{ex}\""
+                    observing = [h for h in health if observes(c.component, h.tool, h.kind, h.text)]
+                    if not observing and c.against:
+                        observing = [h for h in self._observing(c.component, c, None, observations) if h.key not in {x.key for x in health}][:2]
+                    cids.append(add_claim(text, "finding", [cite(h, []) for h in (health + [o for o in observing if o not in health])][:8]))
+                    if observing and (c.against or c.seen == 0):
+                        status = "ruled_out"
+                hypotheses.append({"statement": label, "component": c.component, "mechanism": c.mechanism, "status": status, "claim_ids": cids})
+            if not any(c["kind"] == "finding" for c in claims):
+                # Nothing any hypothesis names was seen: what the first looks showed is the health
+                # evidence (the series the question is about, the latest entries).
+                looked = self._first_refs(observations)
+                if looked:
+                    ex = _excerpt(looked[0].text, [], looked[0].spans)
+                    add_claim(f"已检查：“{ex}”" if zh else f"Checked: \"{ex}\"", "finding", [cite(h, []) for h in looked])
             if best is None:
                 limitations.append("知识库未返回可检验的假设" if zh else "The knowledge base returned no hypothesis that could be tested")
             elif best.seen == 0:
@@ -786,7 +976,7 @@ class OfflinePlanner:
         for o in observations:
             why = "broad first look" if o.step == 0 and o.tool != "lookup_knowledge" else ("knowledge lookup" if o.tool == "lookup_knowledge" else "check the signals of the candidate hypotheses")
             plan.append({"step": max(o.step, 0), "hypothesis": best.key if best else "", "tool": o.tool, "why": why})
-        return {
+        out: dict[str, Any] = {
             "answer_version": "diagnosis_draft_v1",
             "summary": summary,
             "root_cause": root_cause,
@@ -797,12 +987,29 @@ class OfflinePlanner:
             "limitations": limitations[:20],
             "next_steps": next_steps[:20],
         }
+        if contributing_out and "contributing_causes" in DiagnosisDraft.model_fields:
+            out["contributing_causes"] = contributing_out
+        return out
 
     @staticmethod
     def _related(best: Candidate, candidates: list[Candidate]) -> list[str]:
         """The candidates that tell `best` apart: the alternatives its cards name, and those it
         explains or that explain it."""
         return [c.key for c in candidates if c is not best and (c.key in best.distinguishes_from or c.key in best.explains or best.key in c.explains)]
+
+    def _declared(self, key: str, observations: list[Observation]) -> Candidate | None:
+        """The alternative `key` as the cards that declare it describe it, scored on the
+        observations (for what its signals tested and found normal, and what contradicts it)."""
+        comp, _, mech = key.partition("/")
+        out: dict[str, Candidate] = {}
+        for card in self.kb.cards.values():
+            for h in card.hypotheses:
+                if (h.component, h.mechanism) == (comp, mech):
+                    self._merge(out, h, card.id)
+        c = out.get(key)
+        if c is not None:
+            self._score([c], observations)
+        return c
 
     def _unchecked(self, key: str, alt: Candidate | None) -> list[Signal]:
         """The discriminating signals of the alternative `key` that no observation covered: those
@@ -835,6 +1042,21 @@ class OfflinePlanner:
             if observes(component, h.tool, h.kind, h.text):
                 out.append(h)
         return out
+
+    @staticmethod
+    def _first_refs(observations: list[Observation], n: int = 3) -> list[Hit]:
+        """Up to `n` refs of the first runtime looks: each look's first ref (metric series
+        first), runtime and not `mock` or instruction-like."""
+        out: list[Hit] = []
+        looks = sorted((o for o in observations if o.tool != "lookup_knowledge" and o.ready and o.step == 0), key=lambda o: o.tool != "query_metrics")
+        for o in looks:
+            for ref in o.refs:
+                path = str(ref.get("raw_path", ""))
+                if path == "$.no_evidence" or ref.get("instruction_like") or str(ref.get("data_source", o.data_source)) == "mock":
+                    continue
+                out.append(Hit(invocation_id=o.invocation_id, tool=o.tool, raw_path=path, text=str(ref.get("text", "")), data_source=str(ref.get("data_source", o.data_source)), kind=o.kind, spans=ref_spans(ref)))
+                break
+        return out[:n]
 
     @staticmethod
     def _card_hit(c: Candidate, observations: list[Observation]) -> Hit | None:
@@ -874,7 +1096,44 @@ class OfflinePlanner:
         return [(svc, h) for _, svc, h in picked[:4]]
 
     @staticmethod
-    def _culprit(c: Candidate) -> str:
+    def _culprit_hit(c: Candidate) -> Hit | None:
+        """The ref that names the culprit: of the hypothesis's `culprit` signals (heaviest first),
+        the row ranking highest by the first numeric field its test bounds (the top statement by
+        load, the client holding the most connections), else its first ref."""
+        for s, hits in sorted(c.culprit_hits, key=lambda sh: -sh[0].weight):
+            ranks = [k for k, v in (s.where or {}).items() if isinstance(v, str) and v.strip()[:1] in "<>"]
+            if not ranks:
+                return hits[0]
+
+            def value(h: Hit, key: str = ranks[0]) -> float:
+                row = row_of(h.tool, h.text) or {}
+                num = as_number(row.get(key, ""))
+                return num if num is not None else float("-inf")
+
+            return max(hits, key=value)
+        return None
+
+    @staticmethod
+    def _describe_row(h: Hit) -> str:
+        """A culprit as its ref shows it: a row by its identifying fields (statement, user, host,
+        pid, client) and its figures; a log line by its service and message."""
+        row = row_of(h.tool, h.text) if h.text.startswith("{") or h.tool == "inspect_redis" else None
+        if isinstance(row, dict) and row:
+            if row.get("blocking_pids"):
+                blockers = row["blocking_pids"]
+                return f"pid {blockers[0] if isinstance(blockers, list) else blockers} blocks pid {row.get('pid')} ({row.get('mode', 'lock')} {row.get('locktype', '')})".strip()
+            names = [str(row[k]) for k in _CULPRIT_NAMES if row.get(k) not in (None, "", [])]
+            figures = [f"{k}={row[k]}" for k, v in row.items() if k not in _CULPRIT_NAMES and isinstance(v, int | float) and not isinstance(v, bool)]
+            text = "; ".join(names[:4]) or _excerpt(h.text, [])
+            return (f"{text} ({', '.join(figures[:3])})" if figures else text)[:300]
+        first = h.text.strip().splitlines()[0]
+        log = parse_log_ref(first)
+        return (f"{log.service}: {log.message}" if log and log.message else _excerpt(first, []))[:300]
+
+    def _culprit(self, c: Candidate) -> str:
+        hit = self._culprit_hit(c)
+        if hit is not None:
+            return self._describe_row(hit)
         for _, hits in sorted(c.hits, key=lambda sh: -sh[0].weight):
             for h in hits:
                 if h.text.startswith("{"):
