@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from rootproof.kb.channels import DenseIndex, KeywordIndex, confidence_fuse, encode, top_k
+from rootproof.kb.channels import DenseIndex, KeywordIndex, encode, rrf_fuse, top_k
 
 DIM = 512
 # Real-language queries for the encoder (synthetic `w123` tokens cost it far more than text does).
@@ -102,14 +102,16 @@ def main() -> None:
             de_ms.append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
             h = kw.search(q)
-            d2 = dense.scores(encode([QUERY_TEXTS[qi % len(QUERY_TEXTS)]])[0])
-            top_k(confidence_fuse({"keyword": h.scores, "dense": d2}).scores, 10)
+            k2 = top_k(h.scores, 100)
+            d2 = top_k(dense.scores(encode([QUERY_TEXTS[qi % len(QUERY_TEXTS)]])[0]), 100)
+            fused = rrf_fuse({"k": k2.tolist(), "d": d2.tolist()})
+            sorted(fused.items(), key=lambda kv: -kv[1])[:10]
             hy_ms.append((time.perf_counter() - t) * 1000)
             del k_ids, d_ids
         print(f"keyword (BM25, no feedback)    {fmt(kw_nofb_ms)}")
         print(f"keyword (BM25 + Bo1, as used)  {fmt(kw_ms)}")
         print(f"dense (encode + exact numpy)   {fmt(de_ms)}")
-        print(f"hybrid (both + fusion)         {fmt(hy_ms)}")
+        print(f"hybrid (both + RRF)            {fmt(hy_ms)}")
         if n <= RANK_BM25_UP_TO:
             from rank_bm25 import BM25Okapi
 

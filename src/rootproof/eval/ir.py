@@ -3,11 +3,8 @@
 Reads `doc-text.trec`, `query-text.trec` and `qrels` (Vaswani's quirks included: upper-case
 document tags and lower-case query tags on their own lines, no `Number:` prefix), ranks 1000
 documents per query with the keyword channel exactly as `lookup_knowledge` configures it
-(`text.tokenize` + `KeywordIndex` defaults) and with the hybrid, keyword + dense fused by
-`channels.confidence_fuse` over every document as `lookup_knowledge` fuses them over every
-card (the dense channel's chance level measured on this collection with the same probe
-questions, `probes.calibration_probes`; the stored fusion priors), and evaluates both with
-pytrec_eval.
+(`text.tokenize` + `KeywordIndex` defaults) and with the hybrid (keyword + dense, RRF k = 60),
+and evaluates both with pytrec_eval.
 """
 
 from __future__ import annotations
@@ -22,16 +19,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
-import numpy.typing as npt
 import pytrec_eval
 import typer
 
 from rootproof.errors import ConfigError
-from rootproof.kb.channels import DenseIndex, KeywordIndex, confidence_fuse, encode, measured_chance, top_k
-from rootproof.kb.index import Thresholds
-from rootproof.kb.probes import calibration_probes
+from rootproof.kb.channels import DenseIndex, KeywordIndex, encode, rrf_fuse, top_k
 from rootproof.kb.text import tokenize
-from rootproof.kb.thresholds import THRESHOLDS
 
 __all__ = ["MEASURES", "TrecCollection", "evaluate_run", "ir_command", "rank_collection", "read_collection"]
 
@@ -113,22 +106,19 @@ def rank_collection(
     *,
     hybrid: bool = True,
     progress: Callable[[str], None] | None = None,
-    fusion_stats: dict[str, Any] | None = None,
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """Runs (`keyword`, and `hybrid` when asked) of `DEPTH` documents per query. With the
-    hybrid, `fusion_stats` (when given) receives the dense channel's measured chance level
-    and each channel's mean fusion weight."""
+    """Runs (`keyword`, and `hybrid` when asked) of `DEPTH` documents per query."""
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
     kw = KeywordIndex([tokenize(text) for _, text in col.docs])
     say(f"keyword index: {len(col.docs)} documents in {time.perf_counter() - t0:.1f} s")
     docnos = [d for d, _ in col.docs]
     runs: dict[str, dict[str, dict[str, float]]] = {"keyword": {}}
-    kw_scores: dict[str, npt.NDArray[np.float32]] = {}
+    kw_rank: dict[str, list[int]] = {}
     for qid, text in col.queries:
         hits = kw.search(tokenize(text))
         ids = [int(i) for i in top_k(hits.scores, DEPTH) if hits.scores[i] > 0]
-        kw_scores[qid] = hits.scores
+        kw_rank[qid] = ids
         runs["keyword"][qid] = {docnos[i]: float(hits.scores[i]) for i in ids}
     if hybrid:
         t0 = time.perf_counter()
@@ -139,29 +129,12 @@ def rank_collection(
         dense = DenseIndex(vecs)
         say(f"dense index in {time.perf_counter() - t0:.1f} s")
         qvecs = encode([text for _, text in col.queries])
-        probes = calibration_probes()
-        chance = {"dense": measured_chance(dense.scores(v) for v in encode(list(probes)))} if probes else {}
-        stored = Thresholds.from_dict(THRESHOLDS)
-        priors = {"keyword": stored.weight("bm25"), "dense": stored.weight("dense")}
         runs["hybrid"] = {}
-        weights: dict[str, list[float]] = {"keyword": [], "dense": []}
         for (qid, _), qv in zip(col.queries, qvecs, strict=True):
-            fusion = confidence_fuse(
-                {"keyword": kw_scores[qid], "dense": dense.scores(qv)}, chance=chance, priors=priors
-            )
-            for ch, w in fusion.weights.items():
-                weights[ch].append(w)
-            best = top_k(fusion.scores, DEPTH)
-            runs["hybrid"][qid] = {docnos[int(i)]: float(fusion.scores[i]) for i in best}
-        dense_chance = chance.get("dense")
-        stats: dict[str, Any] = {
-            "dense_chance_level": None if dense_chance is None else round(dense_chance, 4),
-            "mean_weights": {ch: round(float(np.mean(ws)), 4) for ch, ws in weights.items() if ws},
-            "queries_with_dense_weight": sum(w > 0 for w in weights["dense"]),
-        }
-        say(f"hybrid fusion: {stats}")
-        if fusion_stats is not None:
-            fusion_stats.update(stats)
+            d_rank = [int(i) for i in top_k(dense.scores(qv), DEPTH)]
+            fused = rrf_fuse({"keyword": kw_rank[qid], "dense": d_rank})
+            best = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:DEPTH]
+            runs["hybrid"][qid] = {docnos[i]: s for i, s in best}
     return runs
 
 
@@ -181,10 +154,7 @@ def ir_command(
 
     def body() -> None:
         col = read_collection(collection)
-        stats: dict[str, Any] = {}
-        runs = rank_collection(
-            col, hybrid=not no_hybrid, progress=lambda m: print(m, file=sys.stderr), fusion_stats=stats
-        )
+        runs = rank_collection(col, hybrid=not no_hybrid, progress=lambda m: print(m, file=sys.stderr))
         report: dict[str, Any] = {
             "collection": col.name,
             "documents": len(col.docs),
@@ -193,8 +163,6 @@ def ir_command(
         }
         for name, run in runs.items():
             report[name] = evaluate_run(col.qrels, run)
-        if stats:
-            report["hybrid_fusion"] = stats
         if json_file is not None:
             json_file.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         for name in runs:

@@ -28,7 +28,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from rootproof.errors import ConfigError
 from rootproof.kb.backend import KnowledgeBackend
-from rootproof.kb.channels import chance_level
 from rootproof.kb.cli import load_kb, run_cli
 from rootproof.kb.index import CHANNELS, ChannelThresholds, KnowledgeBase, Thresholds
 from rootproof.kb.thresholds import THRESHOLDS
@@ -48,7 +47,7 @@ __all__ = [
 
 EVAL_TOP_K = 10
 FUSION_GRID = (0.5, 0.75, 1.0, 1.5, 2.0)
-"""Keyword-channel fusion priors tried by `calibrate` (the dense channel's is 1.0)."""
+"""Keyword-channel RRF weights tried by `calibrate` (the dense channel weighs 1.0)."""
 ABLATIONS: dict[str, tuple[str, ...]] = {"bm25": ("bm25",), "dense": ("dense",), "hybrid": CHANNELS}
 
 
@@ -156,16 +155,11 @@ def calibrate(kb: KnowledgeBase, queries: list[EvalQuery]) -> Calibration:
     percentile of relevant-card scores (at least 0.02 above the highest ood score);
     HIGHLY_RELEVANT at the median and PRECISE at the 75th percentile of relevant-card scores.
     A channel without both kinds of calibration queries keeps the stored thresholds.
-    The out-of-domain calibration queries become the knowledge base's probes (they measure the
-    dense channel's chance level in `channels.confidence_fuse`). Then the keyword channel's
-    fusion prior (dense's is 1.0): the value of `FUSION_GRID` with the best hybrid MRR on the
-    calibration split, ties going to the prior nearest 1.0 (the confidences alone); with no
-    answerable calibration query the stored priors stay."""
+    Then the keyword channel's RRF weight (dense weighs 1.0): the value of `FUSION_GRID` with
+    the best hybrid MRR on the calibration split, ties going to the weight nearest 1.0 (plain
+    RRF); with no answerable calibration query the stored weights stay."""
     stored = Thresholds.from_dict(THRESHOLDS)
     cal = [q for q in queries if q.split == "calibration"]
-    probes = [q.query for q in cal if q.kind == "ood"]
-    if probes:
-        kb.set_probes(probes)
     channels: dict[str, ChannelThresholds] = {}
     stats: dict[str, Any] = {}
     for ch in CHANNELS:
@@ -206,22 +200,15 @@ def calibrate(kb: KnowledgeBase, queries: list[EvalQuery]) -> Calibration:
         fusion = {"bm25": best, "dense": 1.0}
         stats["fusion"] = {
             "objective": "calibration hybrid mrr",
-            "bm25_prior_mrr": {str(w): m for w, m in grid.items()},
+            "bm25_weight_mrr": {str(w): m for w, m in grid.items()},
         }
-    level = kb.chance_levels("card").get("dense")
-    stats["dense_chance_level"] = {
-        "probes": len(kb.probes),
-        "measured": None if level is None else round(level, 4),
-        "gaussian": round(chance_level(len(kb.cards)), 4),
-    }
     derivation = (
         f"calibrated {datetime.now(UTC).date().isoformat()} on the calibration split "
         f"({len(cal)} queries: {sum(q.kind == 'answerable' for q in cal)} answerable, "
         f"{sum(q.kind == 'ood' for q in cal)} ood) over {len(kb.cards)} cards; floor halfway between the "
         "highest ood score and the 10th percentile of relevant-card scores (>= ood max + 0.02), "
         "HIGHLY_RELEVANT = median, PRECISE = 75th percentile of relevant-card scores; "
-        f"keyword fusion prior from {list(FUSION_GRID)} by calibration mrr (ties to 1.0); "
-        "dense chance level measured with the ood calibration queries as probes"
+        f"keyword RRF weight from {list(FUSION_GRID)} by calibration mrr (ties to 1.0)"
     )
     th = Thresholds(channels=channels, fusion=fusion, version=stored.version + 1, derivation=derivation)
     return Calibration(

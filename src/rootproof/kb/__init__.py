@@ -1,4 +1,4 @@
-"""The knowledge base: cards, hybrid retrieval (L0 identifiers + BM25 + dense, confidence fusion) and `lookup_knowledge`."""
+"""The knowledge base: cards, hybrid retrieval (L0 identifiers + BM25 + dense, RRF) and `lookup_knowledge`."""
 
 from __future__ import annotations
 

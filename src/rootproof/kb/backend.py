@@ -73,7 +73,6 @@ class KnowledgeBackend:
             "l0_match_count": resp.l0_match_count,
             "l1_match_count": resp.l1_match_count,
             "l0_hint_cards": resp.l0_hint_cards,
-            "fusion_weights": resp.fusion_weights,
             "channel_ranks": [
                 {"card_id": h.card_id, **{ch: v.get("rank") for ch, v in h.channels.items()}}
                 for h in resp.hits

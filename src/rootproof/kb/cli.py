@@ -113,7 +113,6 @@ def search_command(
                 "l0_match_count": resp.l0_match_count,
                 "l1_match_count": resp.l1_match_count,
                 "l0_hint_cards": resp.l0_hint_cards,
-                "fusion_weights": resp.fusion_weights,
                 "results": [asdict(h) for h in resp.hits],
                 "evidence_status": "EVIDENCE_FOUND" if resp.hits else "NO_EVIDENCE",
                 "search_ms": round(ms, 2),

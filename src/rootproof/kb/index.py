@@ -6,17 +6,14 @@
   card's keywords in both languages and common synonyms, which cross-language and paraphrased
   queries need.
 - L0: identifiers (case-insensitive, NFKC, not glued to letters or digits) found in the query.
-  They only hint: a hinted card that L1 also keeps is raised one grade and goes first among
-  cards with the same fused score; L0 never brings in a card that L1 did not keep.
-- L1: `KeywordIndex` and dense cosine per chunk; a card's channel score is its best chunk's.
-  Which cards are kept and their grades come from the channels' own scores against
-  calibrated thresholds (`thresholds.py`); below every floor → no result. The kept cards are
-  ordered by `channels.confidence_fuse` over all cards, the fusion `eval ir` measures, of the
-  channels' evidence (each channel's scores floored at its REFERENCE threshold: below it a
-  score is noise, e.g. keyword overlap of generic words across languages): standard scores
-  weighted by how far the channel's best card stands above its chance level (the dense
-  channel's measured with the probe questions of `probes.py`), times the channel's calibrated
-  prior. One result per card: its chunk with the best score in the same fusion over all chunks.
+  They only hint: a hinted card that L1 also keeps is raised one grade and gets an extra
+  fusion term; L0 never brings in a card that L1 did not keep.
+- L1: `KeywordIndex` and dense cosine per chunk; a card's channel score is its best chunk's;
+  the card order is weighted reciprocal rank fusion (k = 60; per-channel weights calibrated
+  with the thresholds) of the channel rankings, each restricted to the cards that channel
+  scores above its own floor; grades come from the
+  channels' own scores against calibrated thresholds (`thresholds.py`); below every floor → no
+  result. One result per card (the chunk with the best fused chunk rank).
 - Reranker: a seam (`Reranker`), off by default.
 - Cache: chunk tokens and embeddings under `cache_dir/<hash of cards + code version>/`.
 """
@@ -39,18 +36,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from rootproof.kb.cards import Card, load_cards
-from rootproof.kb.channels import (
-    EMBEDDING_MODEL,
-    DenseIndex,
-    Float64Array,
-    FloatArray,
-    Fusion,
-    KeywordIndex,
-    confidence_fuse,
-    encode,
-    measured_chance,
-)
-from rootproof.kb.probes import calibration_probes
+from rootproof.kb.channels import EMBEDDING_MODEL, RRF_K, DenseIndex, FloatArray, KeywordIndex, encode
 from rootproof.kb.text import TOKENIZER_VERSION, contains_identifier, normalize, tokenize
 from rootproof.kb.thresholds import THRESHOLDS
 from rootproof.limits import CARD_BYTES
@@ -193,12 +179,12 @@ class Thresholds:
 
     channels: dict[str, ChannelThresholds]
     fusion: dict[str, float] = field(default_factory=dict)
-    """Per-channel prior of the confidence fusion (a channel not named weighs 1.0)."""
+    """Per-channel RRF weight (a channel not named weighs 1.0)."""
     version: int = 0
     derivation: str = ""
 
     def weight(self, channel: str) -> float:
-        """The fusion prior of `channel`."""
+        """The RRF weight of `channel`."""
         return self.fusion.get(channel, 1.0)
 
     @classmethod
@@ -246,7 +232,7 @@ class SearchHit:
     grade: Grade
     text: str
     score: float
-    """The fused score that orders the results (`channels.confidence_fuse`)."""
+    """The fused (RRF) score that orders the results."""
     channels: dict[str, dict[str, Any]]
     """Per channel: `{"rank": int | None, "score": float | None}` (card level; `l0` when hinted)."""
 
@@ -263,8 +249,6 @@ class SearchResponse:
     l1_match_count: int
     """Cards L1 kept above the floor (before `top_k` and exclusions)."""
     l0_hint_cards: list[str] = field(default_factory=list)
-    fusion_weights: dict[str, float] = field(default_factory=dict)
-    """channel → its weight in this query's fusion of the cards (they sum to 1)."""
 
 
 @dataclass(kw_only=True)
@@ -308,16 +292,12 @@ class KnowledgeBase:
         *,
         thresholds: Thresholds | None = None,
         reranker: Reranker | None = None,
-        probes: Sequence[str] | None = None,
     ) -> None:
-        """Assemble from parts; use `KnowledgeBase.load` instead. `probes` are the questions
-        that measure the dense channel's chance level (default: `probes.calibration_probes()`)."""
+        """Assemble from parts; use `KnowledgeBase.load` instead."""
         self.cards = cards
         self.chunks = chunks
         self.thresholds = thresholds or Thresholds.from_dict(THRESHOLDS)
         self.reranker = reranker
-        self.probes: tuple[str, ...] = tuple(calibration_probes() if probes is None else probes)
-        self._probe_scores: list[FloatArray] | None = None
         self.cache_hit = False
         """True when `load` read the index from the cache instead of building it."""
         self.load_seconds = 0.0
@@ -404,46 +384,14 @@ class KnowledgeBase:
             out.chunk_scores[ch] = per_chunk
         return out
 
-    def _card_max(self, per_chunk: FloatArray) -> Float64Array:
-        """Best chunk score per card, in `_card_ids` order."""
-        out = np.full(len(self._card_ids), -np.inf, dtype=np.float64)
-        np.maximum.at(out, self._chunk_card, per_chunk.astype(np.float64))
-        return out
-
-    def evidence(self, channel: str, scores: Any) -> Float64Array:
-        """A channel's scores as evidence: floored at its calibrated REFERENCE threshold, below
-        which a score is no evidence (every item under the floor ties)."""
-        floor = self.thresholds.channels[channel].reference
-        return np.maximum(np.asarray(scores, dtype=np.float64), floor)
-
-    def chance_levels(self, pool: Literal["card", "chunk"]) -> dict[str, float | None]:
-        """Measured chance level per channel over the cards or the chunks: the dense channel's
-        from `probes` (`channels.measured_chance` of their evidence scores; the probe scores are
-        computed once); the keyword channel has none (how far a probe's keyword matches stand
-        out measures the rarity of its words, not chance)."""
-        if self._probe_scores is None:
-            self._probe_scores = (
-                [self._dense.scores(_query_vector(p)) for p in self.probes] if self.chunks else []
-            )
-        per_chunk = self._probe_scores
-        pooled = per_chunk if pool == "chunk" else [self._card_max(s) for s in per_chunk]
-        return {"dense": measured_chance(self.evidence("dense", s) for s in pooled)}
-
-    def set_probes(self, probes: Sequence[str]) -> None:
-        """Measure the dense channel's chance level with `probes` from now on."""
-        self.probes = tuple(probes)
-        self._probe_scores = None
-
-    def fuse(self, scores: dict[str, Any], pool: Literal["card", "chunk"]) -> Fusion:
-        """`channels.confidence_fuse` of the channels' evidence (`evidence`) over all cards
-        (`_card_ids` order) or all chunks, with this pool's chance levels and the calibrated
-        priors."""
-        chance = self.chance_levels(pool) if "dense" in scores else {}
-        return confidence_fuse(
-            {ch: self.evidence(ch, v) for ch, v in scores.items()},
-            chance=chance,
-            priors={ch: self.thresholds.weight(ch) for ch in scores},
-        )
+    def _best_chunk(self, card_id: str, cs: CardScores) -> Chunk:
+        idx = [i for i, c in enumerate(self.chunks) if c.card_id == card_id]
+        fused = dict.fromkeys(idx, 0.0)
+        for arr in cs.chunk_scores.values():
+            order = sorted(idx, key=lambda i: (-float(arr[i]), i))
+            for r, i in enumerate(order, start=1):
+                fused[i] += 1.0 / (RRF_K + r)
+        return self.chunks[max(idx, key=lambda i: (fused[i], -i))]
 
     def search(
         self,
@@ -453,7 +401,7 @@ class KnowledgeBase:
         channels: Sequence[str] = CHANNELS,
         exclude_cards: Collection[str] = (),
     ) -> SearchResponse:
-        """Hybrid search: L0 hints, L1 channels graded and fused (`confidence_fuse`), one hit per card."""
+        """Hybrid search: L0 hints, L1 channels fused by RRF, graded, one hit per card."""
         hints, l0_count = self.identifier_hints(query)
         cs = self.card_scores(query, channels)
         kept: dict[str, Grade] = {}
@@ -467,22 +415,26 @@ class KnowledgeBase:
                 if cid in hints:
                     best = GRADES[max(0, GRADES.index(best) - 1)]
                 kept[cid] = best
-        fusion = self.fuse(
-            {ch: [cs.scores[ch].get(c, 0.0) for c in self._card_ids] for ch in channels}, "card"
-        )
-        fused = {cid: float(fusion.scores[i]) for i, cid in enumerate(self._card_ids)}
-        hint_rank = {cid: r for r, cid in enumerate(hints)}
-        ordered = sorted(kept, key=lambda c: (-fused[c], hint_rank.get(c, len(hints)), c))
+        # A channel votes only for the cards it scores above its own floor: below it, its
+        # ranks are noise (e.g. keyword overlap of generic words across languages).
+        fused: dict[str, float] = {}
+        for ch in channels:
+            floor = self.thresholds.channels[ch].reference
+            weight = self.thresholds.weight(ch)
+            voted = [
+                c for c, _ in sorted(cs.ranks[ch].items(), key=lambda kv: kv[1]) if cs.scores[ch][c] >= floor
+            ]
+            for r, cid in enumerate(voted, start=1):
+                fused[cid] = fused.get(cid, 0.0) + weight / (RRF_K + r)
+        for r, cid in enumerate(hints, start=1):
+            if cid in fused:
+                fused[cid] += 1.0 / (RRF_K + r)
+        ordered = sorted(kept, key=lambda c: (-fused.get(c, 0.0), c))
         l1_count = len(ordered)
         ordered = [c for c in ordered if c not in exclude_cards][:top_k]
-        chunk_fused = (
-            self.fuse({ch: cs.chunk_scores[ch] for ch in channels}, "chunk").scores if ordered else None
-        )
         hits: list[SearchHit] = []
         for cid in ordered:
-            assert chunk_fused is not None
-            idx = [i for i, c in enumerate(self.chunks) if c.card_id == cid]
-            chunk = self.chunks[max(idx, key=lambda i: (float(chunk_fused[i]), -i))]
+            chunk = self._best_chunk(cid, cs)
             chans: dict[str, dict[str, Any]] = {
                 ch: {"rank": cs.ranks[ch].get(cid), "score": round(cs.scores[ch][cid], 4)} for ch in channels
             }
@@ -495,7 +447,7 @@ class KnowledgeBase:
                     chunk_id=chunk.chunk_id,
                     grade=kept[cid],
                     text=chunk.text,
-                    score=round(fused[cid], 6),
+                    score=round(fused.get(cid, 0.0), 6),
                     channels=chans,
                 )
             )
@@ -507,7 +459,6 @@ class KnowledgeBase:
             l0_match_count=l0_count,
             l1_match_count=l1_count,
             l0_hint_cards=hints,
-            fusion_weights={ch: round(w, 4) for ch, w in fusion.weights.items()},
         )
 
 

@@ -4,8 +4,7 @@ Each channel's own score is graded: `bm25` is the keyword score divided by the q
 bound (sum of query-term weight x idf), in [0, 1); `dense` is the cosine similarity. A result
 is kept when at least one channel reaches its REFERENCE floor; its grade is the best grade any
 channel gives (an L0 identifier hint raises a kept result by one grade). `fusion` holds the
-per-channel priors of `channels.confidence_fuse`, which orders the kept results (the keyword
-prior is what a derivation written before that fusion calls the "keyword RRF weight").
+per-channel weights of the reciprocal rank fusion that orders the kept results.
 """
 
 from __future__ import annotations
