@@ -245,7 +245,7 @@ TOOLS: dict[str, ToolDefinition] = {
         ToolDefinition(
             name="inspect_postgres",
             description="Inspect PostgreSQL: activity (pg_stat_activity), locks (with blocking_pids), "
-            "top_queries (pg_stat_statements), load by wait event, user or host, settings, stats, replication, log.",
+            "top_queries (pg_stat_statements), wait_events, load_by_user, load_by_host, settings, stats, replication, log.",
             args_model=InspectPostgresArgs,
             backend="postgres",
         ),
