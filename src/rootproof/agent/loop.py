@@ -153,12 +153,16 @@ def refusal_note(outcomes: list[Any], uncalled: list[str] | None = None) -> str:
     for o in outcomes:
         inv = o.invocation
         parts.append(f"{inv.tool_name[:64]} was refused ({inv.refusal_code or inv.status}: {(inv.message or 'no reason given')[:300]})")
-    others = f" Tools not called yet: {', '.join(uncalled)}." if uncalled else ""
     return (
         "None of your calls of this step ran: " + "; ".join(parts) + ". Do not repeat a refused call. "
         "Cite the refs of the earlier invocation it names, call a different tool or query, "
-        "or, if you have enough evidence, submit the draft with submit_draft." + others
+        "or, if you have enough evidence, submit the draft with submit_draft." + uncalled_hint(uncalled)
     )
+
+
+def uncalled_hint(uncalled: list[str] | None) -> str:
+    """The sentence naming the offered tools this run has not called yet (empty when none)."""
+    return f" Tools not called yet: {', '.join(uncalled)}." if uncalled else ""
 
 
 def draft_note(boundary: ToolBoundary) -> str:
@@ -449,7 +453,6 @@ def run_agent(
                 force_draft = True
         else:
             messages.append(AssistantMessage(content=turn.text or "", reasoning=turn.reasoning))
-            uncalled = _uncalled(tools, boundary)
-            hint = f" Tools not called yet: {', '.join(uncalled)}." if uncalled else ""
+            hint = uncalled_hint(_uncalled(tools, boundary))
             messages.append(UserMessage(content="Call the tools you need, or submit the draft with submit_draft." + hint))
             ctx.progress.end_step(had_calls=True)

@@ -725,6 +725,18 @@ def _contributing_text(language: str, cause: tuple[str, str, str, str], ex: str)
     )
 
 
+def _contributing_claim(
+    language: str, cause: tuple[str, str, str, str], inv: CanonicalInvocation, ref: EvidenceRef, ex: str
+) -> dict[str, Any]:
+    """A finding quoting `ex` of `ref` as the evidence of a contributing cause (no id yet)."""
+    return {
+        "id": "",
+        "text": _contributing_text(language, cause, ex),
+        "kind": "finding",
+        "citations": [_cite(inv, ref, ex)],
+    }
+
+
 def _add_contributing(d: Draft, cause: tuple[str, str, str, str], claims: list[dict[str, Any]]) -> list[str]:
     """Append `claims` (fresh ids) and a contributing cause resting on them; return their ids."""
     ids = []
@@ -768,12 +780,7 @@ def _m_contributing_knowledge_only(
     inv, ref = ctx.rng.choice(knowledge)
     ex = choose_excerpt(inv, ref, ctx.rng)
     cause = _other_cause(d, ctx.rng)
-    claim = {
-        "id": "",
-        "text": _contributing_text(case.language, cause, ex),
-        "kind": "finding",
-        "citations": [_cite(inv, ref, ex)],
-    }
+    claim = _contributing_claim(case.language, cause, inv, ref, ex)
     return d, _add_contributing(d, cause, [claim])[0], None
 
 
@@ -798,12 +805,7 @@ def _m_contributing_mock_only(
     ]
     ex = _outside_excerpt(inv, ref, ctx.rng)
     cause = _other_cause(d, ctx.rng, observed_components(inv.tool_name, _kind_of(inv), ref.text))
-    claim = {
-        "id": "",
-        "text": _contributing_text(case.language, cause, ex),
-        "kind": "finding",
-        "citations": [_cite(inv, ref, ex)],
-    }
+    claim = _contributing_claim(case.language, cause, inv, ref, ex)
     return d, _add_contributing(d, cause, [claim])[0], store
 
 
@@ -832,12 +834,7 @@ def _m_contributing_injected(
             (*label, label[1].replace("_", " "), label[1]),
         )
     ex = msg.strip()
-    claim = {
-        "id": "",
-        "text": _contributing_text(case.language, cause, ex),
-        "kind": "finding",
-        "citations": [_cite(inv, ref, ex)],
-    }
+    claim = _contributing_claim(case.language, cause, inv, ref, ex)
     return d, _add_contributing(d, cause, [claim])[0], None
 
 
@@ -852,14 +849,7 @@ def _m_contributing_uncorroborated(
     inv, ref = ctx.rng.choice(refs)
     ex = _outside_excerpt(inv, ref, ctx.rng)
     cause = _other_cause(d, ctx.rng, observed_components(inv.tool_name, _kind_of(inv), ref.text))
-    claims: list[dict[str, Any]] = [
-        {
-            "id": "",
-            "text": _contributing_text(case.language, cause, ex),
-            "kind": "finding",
-            "citations": [_cite(inv, ref, ex)],
-        }
-    ]
+    claims: list[dict[str, Any]] = [_contributing_claim(case.language, cause, inv, ref, ex)]
     if ctx.rng.random() < 0.5:
         again = ("同一条记录：“{ex}”" if case.language == "zh" else 'The same record: "{ex}"').format(ex=ex)
         claims.append({"id": "", "text": again, "kind": "finding", "citations": [_cite(inv, ref, ex)]})
