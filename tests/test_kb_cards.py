@@ -115,6 +115,8 @@ def test_bad_signal_operator(tmp_path: Path) -> None:
         ),
         ("scope: DATABASE, level: ERROR", "labels: {a: b}", "hypotheses[0].signals[3].labels"),
         ("weight: 3}", "weight: 0}", "hypotheses[0].signals[0].weight"),
+        ("weight: 3}", "weight: 3, since: forever}", "hypotheses[0].signals[0].since"),
+        ("weight: 3}", "weight: 3, since: 30d}", "hypotheses[0].signals[0].since"),
     ],
 )
 def test_bad_signal_shape(tmp_path: Path, old: str, new: str, field: str) -> None:

@@ -358,3 +358,29 @@ def test_the_leak_signal_is_checked_before_the_pool_exhaustion_is_published(harn
         for c in claim.citations
     ]
     assert any("non-checked-in connection" in t for t in cited), cited
+
+
+
+def test_a_call_asks_over_the_widest_window_its_signals_name() -> None:
+    """Signals whose evidence precedes the symptoms (a pool's leak warnings) carry their own
+    `since`; one call for several signals of a tool asks over the widest of them, so the
+    budget of calls is unchanged."""
+    from rootproof.agent.models.offline import _widest_since
+    from rootproof.kb.cards import Signal
+
+    def sig(since: str | None) -> Signal:
+        return Signal.model_validate({"tool": "query_logs", "any": ["x"], "since": since})
+
+    assert _widest_since([sig(None), sig(None)]) is None
+    assert _widest_since([sig("90m"), sig(None), sig("6h"), sig("2h")]) == "6h"
+    assert _widest_since([sig("1d"), sig("6h")]) == "1d"
+    from rootproof.kb.cards import load_cards
+
+    leak = next(
+        s
+        for h in load_cards()["pool-leak"].hypotheses
+        for s in h.signals
+        if s.any_ and "Apparent connection leak detected" in s.any_
+    )
+    assert leak.since == "6h"
+

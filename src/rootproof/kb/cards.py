@@ -35,7 +35,7 @@ from rootproof.taxonomy import (
     Taxonomy,
     is_namespaced,
 )
-from rootproof.tools.base import TOOLS, Scope
+from rootproof.tools.base import MAX_SINCE, TOOLS, Scope, parse_since
 from rootproof.tools.results import ROW_KINDS
 
 __all__ = [
@@ -176,6 +176,10 @@ class Signal(_Strict):
     """What to send for `query_logs` and log-like kinds (default: the signal's strings, quoted)."""
     scope: Scope | None = None
     """`query_logs` scope."""
+    since: str | None = None
+    """How far back this signal's query looks (`30m`, `6h`, at most `7d`; default: the tool's
+    window), for evidence that precedes the symptoms by nature: a pool's leak-detection
+    warnings fire when a connection is first held too long, hours before the pool runs dry."""
     level: Literal["DEBUG", "INFO", "WARN", "ERROR", "FATAL"] | None = None
     """`query_logs` minimum level."""
     labels: dict[str, str] | None = None
@@ -233,6 +237,13 @@ class Signal(_Strict):
                 raise _bad("kind", f"one of {_sorted_list(kinds)} for {tool} (got {self.kind!r})")
         elif self.kind is not None:
             raise _bad("kind", f"no kind for {tool} (got {self.kind!r})")
+        if self.since is not None:
+            try:
+                too_far = parse_since(self.since) > MAX_SINCE
+            except ValueError as exc:
+                raise _bad("since", str(exc)) from None
+            if too_far:
+                raise _bad("since", f"at most 7d (got {self.since[:40]!r})")
         for name in ("match", "any"):
             strings = self.match if name == "match" else self.any_
             if strings is not None and (not strings or any(not s.strip() for s in strings)):

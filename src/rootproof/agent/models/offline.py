@@ -43,6 +43,7 @@ from rootproof.boundary.provenance import outside_spans, record_key
 from rootproof.evidence_sources import from_component, names_component, observes
 from rootproof.kb.signals import as_number, ref_matches, row_of
 from rootproof.taxonomy import recovery_policy
+from rootproof.tools.base import parse_since
 from rootproof.tools.refs import parse_log_ref
 
 if TYPE_CHECKING:
@@ -153,6 +154,12 @@ def _since_alert_start(alert: dict[str, Any], observations: list[Observation]) -
         return None
     minutes = min(int((hi - begin).total_seconds() // 60) + 1, 7 * 24 * 60)
     return {**first.args, "since": f"{minutes}m"}
+
+
+def _widest_since(signals: list[Signal]) -> str | None:
+    """The widest `since` the signals of one call ask for (None: the tool's own window)."""
+    asked = [s.since for s in signals if s.since is not None]
+    return max(asked, key=parse_since) if asked else None
 
 
 def _excerpt(text: str, anchors: list[str], spans: tuple[tuple[int, int], ...] = ()) -> str:
@@ -629,9 +636,15 @@ class OfflinePlanner:
                         args: dict[str, Any] = {"metric": name}
                         if s.labels:
                             args["labels"] = dict(s.labels)
+                        if s.since is not None:
+                            args["since"] = s.since
                         planned.append((s.weight - 100.0 * order - 0.01 * rank + (10_000.0 if s in ahead else 0.0), tool, args))
                 continue
             args = {"kind": kind} if kind else {}
+            since = _widest_since(sigs)
+            if since is not None:
+                # Evidence that precedes the symptoms: the widest window a signal asks for.
+                args["since"] = since
             if not log_like and kind and any(o.tool == tool and o.kind == kind and o.ready and o.omitted and not o.args.get("query") for o in observations):
                 # The whole view was cut short: ask again for just what the signals test.
                 terms = [t for s in sigs for t in query_terms(s)]
