@@ -384,3 +384,35 @@ def test_a_call_asks_over_the_widest_window_its_signals_name() -> None:
     )
     assert leak.since == "6h"
 
+
+
+def test_lock_waits_beside_deadlocks_are_the_deadlocks_symptom(harness: Harness, tmp_path: Path) -> None:
+    """A deadlock's sessions wait on each other's row locks until the detector aborts one:
+    PostgreSQL logs "still waiting for ShareLock" (log_lock_waits) and pg_locks shows ungranted
+    locks, the row-lock card's signals. The deadlock card explains them, so the deadlock, not
+    row lock contention, is the root cause."""
+    import shutil
+
+    import yaml
+
+    folder = tmp_path / "pg-deadlock"
+    shutil.copytree(Path(__file__).parents[1] / "src" / "rootproof" / "scenarios" / "builtin" / "pg-deadlock", folder)
+    path = folder / "snapshot" / "tool_responses.yaml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    pg = data["postgres"]
+    pg["log"] += [
+        f"2026-09-14 14:0{m}:1{m}.204 UTC [{pid}] inventory@inventory LOG:  process {pid} still waiting for "
+        f"ShareLock on transaction {9100 + m} after 1000.112 ms"
+        for m, pid in ((3, 8241), (5, 8243), (7, 8246))
+    ]
+    pg["locks"] = [
+        {"pid": 8241, "locktype": "transactionid", "mode": "ShareLock", "granted": False, "blocking_pids": [8243], "relation": None, "transactionid": "9107", "waitstart": "2026-09-14T14:07:17Z"},
+        {"pid": 8243, "locktype": "transactionid", "mode": "ExclusiveLock", "granted": True, "blocking_pids": [], "relation": None, "transactionid": "9107", "waitstart": None},
+    ]
+    path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    sc = load_scenario(folder)
+    out = harness.diagnose(sc.question, scenario=sc)
+    assert out.draft is not None
+    assert _rc(out) == "postgresql/deadlock", (out.draft.root_cause, out.draft.limitations)
+    statuses = {(h.component, h.mechanism): h.status for h in out.draft.hypotheses}
+    assert statuses.get(("postgresql", "row_lock_contention")) != "confirmed"
