@@ -151,7 +151,7 @@ def test_tool_call_args_with_a_huge_number(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
     return Harness(Runtime.from_settings(
-        load_settings(data_dir=tmp_path_factory.mktemp("home"), deadline_s=30), sink=MemoryTraceSink()
+        load_settings(data_dir=tmp_path_factory.mktemp("home"), deadline_s=120), sink=MemoryTraceSink()
     ))
 
 
@@ -210,7 +210,7 @@ def test_hostile_model_server_answers_are_no_internal_error(tmp_path: Path, repl
         fake.otherwise = reply
         settings = load_settings(
             data_dir=tmp_path,
-            deadline_s=30,
+            deadline_s=120,
             max_model_calls=2,
             model="openai",
             openai_base_url=fake.base_url,
