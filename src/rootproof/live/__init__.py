@@ -8,18 +8,49 @@ neither the order service's web stack (FastAPI, SQLAlchemy, redis-py) nor a data
 
 from __future__ import annotations
 
-from rootproof.live.env import (
-    CleanedRun,
-    ComponentStatus,
-    LiveEnvironment,
-    PreflightReport,
-    RunInfo,
-    RunStatus,
-    StopReport,
-    list_runs,
-)
-from rootproof.live.layout import COMPONENTS, ComponentName, LiveConfig
-from rootproof.live.load import LoadStats, ProbeResult
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rootproof.live.env import (
+        CleanedRun,
+        ComponentStatus,
+        LiveEnvironment,
+        PreflightReport,
+        RunInfo,
+        RunStatus,
+        StopReport,
+        list_runs,
+        stop_run,
+    )
+    from rootproof.live.layout import COMPONENTS, ComponentName, LiveConfig
+    from rootproof.live.load import LoadStats, ProbeResult
+
+_HOME = {
+    "COMPONENTS": "layout",
+    "CleanedRun": "env",
+    "ComponentName": "layout",
+    "ComponentStatus": "env",
+    "LiveConfig": "layout",
+    "LiveEnvironment": "env",
+    "LoadStats": "load",
+    "PreflightReport": "env",
+    "ProbeResult": "load",
+    "RunInfo": "env",
+    "RunStatus": "env",
+    "StopReport": "env",
+    "list_runs": "env",
+    "stop_run": "env",
+}
+"""Where each exported name lives: loaded on first use, so `rootproof --help` (which mounts
+`rootproof.live.cli`) does not import the environment."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        return getattr(import_module(f"rootproof.live.{_HOME[name]}"), name)
+    raise AttributeError(f"module 'rootproof.live' has no attribute {name!r}")
+
 
 __all__ = [
     "COMPONENTS",
@@ -35,4 +66,5 @@ __all__ = [
     "RunStatus",
     "StopReport",
     "list_runs",
+    "stop_run",
 ]

@@ -90,6 +90,8 @@ __all__ = [
     "RunStatus",
     "StopReport",
     "list_runs",
+    "run_folder",
+    "stop_run",
 ]
 
 SOCKET_PATH_MAX = 107
@@ -243,6 +245,9 @@ def _stop_folder(
     """Stop every recorded process of a run folder (reverse start order), check for residue,
     and remove the folder when nothing is left running. (stopped, residue, folder_removed)."""
     records = {**(extra or {}), **_records(paths)}
+    if paths.folder.exists():
+        known = {r.pid for r in records.values()}
+        records |= {r.component: r for r in procs.unrecorded_components(paths.folder) if r.pid not in known}
     stopped: dict[str, StopOutcome] = {}
     order = [c for c in reversed(COMPONENTS) if c in records] + [c for c in records if c not in COMPONENTS]
     for name in order:
@@ -291,6 +296,28 @@ def list_runs(root: Path) -> list[RunInfo]:
     return out
 
 
+def run_folder(root: Path, run_id: str) -> Path:
+    """The folder of run `run_id` under `root`; UsageError naming the runs there when there is none."""
+    if not RUN_ID_PATTERN.match(run_id):
+        raise UsageError(f"{run_id!r} is not a run id (expected the form 20261201-120000-3fa9c2)")
+    folder = root / run_id
+    if not folder.is_dir():
+        known = ", ".join(r.run_id for r in list_runs(root)) or "none"
+        raise UsageError(f"no live run {run_id} under {root} (runs there: {known})")
+    return folder
+
+
+def stop_run(root: Path, run_id: str, *, timeout_s: float = 10.0) -> StopReport:
+    """Stop run `run_id` under `root` from its pidfiles and remove its folder (`rootproof live
+    down`), whoever started it; a folder without a readable run.json is stopped from what
+    pidfiles it has. UsageError when there is no such run folder."""
+    folder = run_folder(root, run_id)
+    if read_run(folder) is not None:
+        return LiveEnvironment.attach(root, run_id).stop()
+    stopped, residue, removed = _stop_folder(RunPaths(folder), ports={}, timeout_s=timeout_s)
+    return StopReport(run_id=run_id, folder=folder, stopped=stopped, residue=residue, folder_removed=removed)
+
+
 def _clean_stale(root: Path, timeout_s: float) -> list[CleanedRun]:
     cleaned = []
     for folder in run_folders(root):
@@ -326,12 +353,9 @@ class LiveEnvironment:
     def attach(cls, root: Path, run_id: str, *, progress: Callable[[str], None] | None = None) -> LiveEnvironment:
         """The environment of an existing run (for status, probe, down from another process).
         UsageError when `root` has no such run."""
-        if not RUN_ID_PATTERN.match(run_id):
-            raise UsageError(f"{run_id!r} is not a run id (expected the form 20261201-120000-3fa9c2)")
-        record = read_run(root / run_id)
+        record = read_run(run_folder(root, run_id))
         if record is None:
-            known = ", ".join(r.run_id for r in list_runs(root)) or "none"
-            raise UsageError(f"no live run {run_id} under {root} (runs there: {known})")
+            raise UsageError(f"live run {run_id} under {root} has no readable run.json (`rootproof live down {run_id}` removes it)")
         env = cls(record.spec.config, progress=progress)
         env._spec, env._record = record.spec, record
         return env

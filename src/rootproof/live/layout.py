@@ -110,8 +110,9 @@ class LiveConfig:
     """Seconds a request waits for a pooled connection before `QueuePool limit … reached`."""
     leak_detection_s: float = 5.0
     """The order service logs a connection checked out longer than this (seconds) as a suspected leak."""
-    proxy_read_timeout_s: int = 3
-    """nginx `proxy_read_timeout` (seconds): the order service's delay knob can exceed it."""
+    proxy_read_timeout_s: int = 5
+    """nginx `proxy_read_timeout` (seconds): the order service's delay knob can exceed it. Above
+    `pool_timeout_s`, so a pool timeout reaches the client as the service's own 503, not a 504."""
     scrape_interval_s: int = 2
     """Prometheus' scrape (and evaluation) interval, seconds."""
     load_rate_per_s: float = 2.0

@@ -38,6 +38,7 @@ __all__ = [
     "read_stat",
     "reserve_ports",
     "stop",
+    "unrecorded_components",
 ]
 
 StopOutcome = Literal["not_running", "stopped", "killed", "left_running"]
@@ -185,6 +186,25 @@ def stop(
         with contextlib.suppress(subprocess.TimeoutExpired):
             child.wait(timeout=0.5)
     return outcome
+
+
+def unrecorded_components(folder: Path) -> list[ProcessRecord]:
+    """Processes that look like components of the run in `folder` although no pidfile names
+    them (their starter was killed between starting and recording them): session leaders whose
+    working folder is inside `folder` and whose command line names a path inside it. A shell or
+    a `tail -f` someone runs there is not a session leader naming the folder, so is never one."""
+    root = str(folder.resolve())
+    out = []
+    for pid, cmd in processes_under(folder):
+        try:
+            sid = os.getsid(pid)
+        except OSError:
+            continue
+        if sid == pid and root + "/" in cmd:
+            rec = ProcessRecord.of(f"unrecorded-{pid}", pid, cmd.split(" ", 1)[0])
+            if rec is not None:
+                out.append(rec)
+    return out
 
 
 def processes_under(folder: Path) -> list[tuple[int, str]]:

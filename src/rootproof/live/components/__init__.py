@@ -12,7 +12,7 @@ from rootproof.live.components.prometheus import (
     RedisExporterComponent,
 )
 from rootproof.live.components.redis import RedisComponent
-from rootproof.live.layout import COMPONENTS, ComponentName
+from rootproof.live.layout import ComponentName
 
 __all__ = ["COMPONENT_TYPES", "Component", "Health", "Started", "component"]
 
@@ -27,7 +27,6 @@ COMPONENT_TYPES: dict[ComponentName, type[Component]] = {
     "load": LoadComponent,
 }
 """Every component's class, keyed and ordered as `rootproof.live.layout.COMPONENTS`."""
-assert tuple(COMPONENT_TYPES) == COMPONENTS
 
 
 def component(name: ComponentName) -> Component:

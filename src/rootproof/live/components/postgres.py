@@ -190,7 +190,7 @@ class PostgresComponent(Component):
         raise LiveEnvironmentError("postgres", f"no postmaster started (see {p.pg / 'startup.log'}: {log_tail(p.pg / 'startup.log')})")
 
     def health(self, spec: RunSpec) -> Health:
-        argv = [spec.binaries["pg_isready"], "-h", str(spec.paths.pg_sock), "-p", str(spec.port("postgres")), "-d", "postgres", "-t", "2"]
+        argv = [spec.binaries["pg_isready"], "-h", str(spec.paths.pg_sock), "-p", str(spec.port("postgres")), "-U", "postgres", "-d", "postgres", "-t", "2"]
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=5)
         except (OSError, subprocess.TimeoutExpired) as exc:

@@ -91,7 +91,7 @@ class PostgresExporterComponent(Component):
         spec.paths.prometheus.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("DATA_SOURCE_")}
         env |= {
-            "DATA_SOURCE_URI": f"127.0.0.1:{spec.port('postgres')}/orders?sslmode=disable",
+            "DATA_SOURCE_URI": f"127.0.0.1:{spec.port('postgres')}/orders?sslmode=disable&application_name=postgres_exporter",
             "DATA_SOURCE_USER": "exporter",
             "DATA_SOURCE_PASS_FILE": str(spec.paths.secret("exporter")),
         }
