@@ -22,7 +22,7 @@ from rootproof.live.components import COMPONENT_TYPES
 from rootproof.live.layout import ComponentName, with_requirements
 from rootproof.live.procs import ProcessRecord, is_running, listening
 
-__all__ = ["ROOT", "assert_gone", "cli", "fresh_root", "need_binaries", "wait_for"]
+__all__ = ["ROOT", "assert_gone", "cli", "fresh_root", "need_binaries", "owner", "read_until", "remove_root", "wait_for"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,6 +54,23 @@ def cli(*args: str, root: Path, timeout: float = 120, **env: str) -> subprocess.
     base = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")}
     base |= {"ROOTPROOF_HOME": str(root / "home"), "ROOTPROOF_LIVE_ROOT": str(root), "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.run([sys.executable, "-m", "rootproof.cli", *args], capture_output=True, text=True, env=base | env, cwd=ROOT, timeout=timeout)
+
+
+def owner(root: Path, *components: str) -> subprocess.Popen[str]:
+    """tests/live/_owner.py: a process owning an environment of `components` under `root`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    script = str(ROOT / "tests" / "live" / "_owner.py")
+    return subprocess.Popen([sys.executable, script, str(root), *components], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def read_until(p: subprocess.Popen[str], prefix: str) -> str:
+    """Read the owner's stdout up to the line starting with `prefix` (AssertionError if it exits first)."""
+    assert p.stdout is not None
+    for line in p.stdout:
+        if line.startswith(prefix):
+            return line.strip()
+    raise AssertionError(f"the owner exited ({p.wait()}) before printing {prefix!r}: {p.stderr.read() if p.stderr else ''}")
 
 
 def wait_for(what: str, check: object, timeout_s: float = 20.0) -> None:

@@ -10,10 +10,7 @@ file order and the last one takes it down.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +22,7 @@ from rootproof.live.layout import COMPONENTS, RunPaths, read_pidfiles
 from rootproof.live.procs import ProcessRecord, is_running, listening
 from rootproof.targets import load_targets
 
-from .support import ROOT, assert_gone, cli, fresh_root, need_binaries, remove_root
+from .support import assert_gone, cli, fresh_root, need_binaries, owner, read_until, remove_root
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -138,21 +135,6 @@ def test_tool_calls_through_the_cli_read_live_evidence_from_the_targets_file(roo
     assert "pg_stat_activity_count" in series and 'job=\\"postgres\\"' in series
 
 
-def _owner(root: Path, *components: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")}
-    env["PYTHONPATH"] = os.pathsep.join(sys.path)
-    script = str(ROOT / "tests" / "live" / "_owner.py")
-    return subprocess.Popen([sys.executable, script, str(root), *components], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-
-
-def _read_until(p: subprocess.Popen[str], prefix: str) -> str:
-    assert p.stdout is not None
-    for line in p.stdout:
-        if line.startswith(prefix):
-            return line.strip()
-    raise AssertionError(f"the owner exited ({p.wait()}) before printing {prefix!r}: {p.stderr.read() if p.stderr else ''}")
-
-
 def _run_of(root: Path, before: set[str]) -> str:
     (run_id,) = {r.run_id for r in list_runs(root)} - before
     return run_id
@@ -161,14 +143,14 @@ def _run_of(root: Path, before: set[str]) -> str:
 def test_the_next_preflight_cleans_a_killed_owners_run_and_touches_no_live_run(root: Path, up: dict[str, Any]) -> None:
     # A second, live run: its owner keeps running through the preflight below.
     before = {r.run_id for r in list_runs(root)}
-    alive = _owner(root, "redis")
+    alive = owner(root, "redis")
     try:
-        _, alive_id = _read_until(alive, "READY").split()
+        _, alive_id = read_until(alive, "READY").split()
         alive_records = read_pidfiles(RunPaths(root / alive_id))
         # The killed one: SIGKILLed in the middle of its start (PostgreSQL and Redis up, the order service starting).
         before = {r.run_id for r in list_runs(root)}
-        victim = _owner(root, "order_service")
-        _read_until(victim, "redis ready")
+        victim = owner(root, "order_service")
+        read_until(victim, "redis ready")
         victim_id = _run_of(root, before)
         victim.kill()
         victim.wait(timeout=10)

@@ -16,12 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from rootproof.errors import ConfigError, LiveConfigError, LiveEnvironmentError, MissingBinary
-from rootproof.live import LiveConfig, LiveEnvironment, list_runs
-from rootproof.live.layout import RunPaths, read_pidfiles
-from rootproof.live.procs import ProcessRecord, is_running, listening, stop
+from rootproof.errors import ConfigError, LiveConfigError, LiveEnvironmentError, MissingBinary, UsageError
+from rootproof.live import LiveConfig, LiveEnvironment, list_runs, stop_run
+from rootproof.live.layout import Owner, RunPaths, RunRecord, RunSpec, new_run_id, read_pidfiles, write_run
+from rootproof.live.procs import (
+    ProcessRecord,
+    is_running,
+    listening,
+    processes_under,
+    stop,
+    unrecorded_components,
+)
 
-from .support import assert_gone, cli, fresh_root, need_binaries, remove_root
+from .support import assert_gone, cli, fresh_root, need_binaries, owner, read_until, remove_root
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -82,11 +89,13 @@ def test_up_with_a_live_root_that_is_a_file_exits_2_with_one_line(root: Path) ->
 
 
 def test_down_and_status_of_an_unknown_run_exit_2_naming_it(root: Path) -> None:
-    for args in (("live", "down", "20260101-000000-abcdef"), ("live", "status", "20260101-000000-abcdef"), ("live", "down", "../etc")):
+    for args in (("live", "down", "20260101-000000-abcdef"), ("live", "status", "../etc")):
         p = cli(*args, root=root)
         assert p.returncode == 2, (args, p.stderr)
         (line,) = p.stderr.strip().splitlines()
         assert line.startswith("Error: ") and args[2] in line and "Traceback" not in p.stderr
+    with pytest.raises(UsageError, match=re.escape("'../etc' is not a run id")):
+        stop_run(root, "../etc")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root runs PostgreSQL as another OS user")
@@ -114,3 +123,51 @@ def test_a_recycled_pid_is_never_signalled() -> None:
         if other.poll() is None:
             other.kill()
         other.wait()
+
+
+def test_a_component_started_but_never_recorded_is_still_cleaned_and_a_shell_there_is_not(root: Path) -> None:
+    need_binaries(("redis",))
+    # A stale run whose owner died between starting a process and writing its pidfile.
+    folder = root / new_run_id()
+    (folder / "pids").mkdir(parents=True)
+    spec = RunSpec(run_id=folder.name, folder=folder, config=LiveConfig(root=root), components=("redis",), ports={}, binaries={"sleep": "/usr/bin/sleep"}, pg_os_user=None)
+    write_run(RunRecord(spec=spec, state="starting", owner=Owner(pid=2**22 + 11, start_time=1), created_at=""))
+    orphan = subprocess.Popen(["/usr/bin/sleep", "60"], cwd=folder, start_new_session=True)
+    bystander = subprocess.Popen(["/usr/bin/sleep", "60"], cwd=folder)  # not a session leader: someone's command
+    try:
+        found = unrecorded_components(folder, ["/usr/bin/sleep"])
+        assert [r.pid for r in found] == [orphan.pid]
+        assert unrecorded_components(folder, ["/usr/bin/redis-server"]) == []
+        bystander.kill()
+        bystander.wait()
+        fresh = LiveEnvironment(LiveConfig(root=root, components=("redis",)))
+        (cleaned,) = fresh.preflight().cleaned
+        assert cleaned.run_id == folder.name and cleaned.stopped == {f"unrecorded-{orphan.pid}": "stopped"} and cleaned.residue == []
+        assert not is_running(found[0]) and not folder.exists()  # (this test's process reaped it: no exit status to see)
+        fresh.stop()
+    finally:
+        for p in (orphan, bystander):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+def test_sigterm_in_the_middle_of_a_start_stops_what_was_started_then_ends_the_process(root: Path) -> None:
+    need_binaries(("order_service",))
+    p = owner(root, "order_service")
+    try:
+        read_until(p, "redis ready")  # PostgreSQL and Redis are up; the order service is starting
+        (run,) = list_runs(root)
+        records = list(read_pidfiles(RunPaths(run.folder)).values())
+        assert {r.component for r in records} >= {"postgres", "redis"}
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == -signal.SIGTERM  # re-raised with the default handler: the process ends by it
+        assert_gone(records, [], run.folder)
+        assert processes_under(run.folder) == [] and list_runs(root) == []
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        for stream in (p.stdout, p.stderr):
+            if stream is not None:
+                stream.close()

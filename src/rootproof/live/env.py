@@ -45,6 +45,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -56,7 +57,7 @@ from typing import Any
 from rootproof.errors import LiveConfigError, LiveEnvironmentError, UsageError
 from rootproof.live import procs
 from rootproof.live.admin import OrderServiceAdmin
-from rootproof.live.binaries import resolve
+from rootproof.live.binaries import BINARIES, PG_BIN, resolve
 from rootproof.live.components import COMPONENT_TYPES, Component, Health, Started, component
 from rootproof.live.components.orders import admin_url, nginx_url
 from rootproof.live.components.postgres import _postmaster, superuser_dsn
@@ -224,6 +225,16 @@ def _records(paths: RunPaths) -> dict[str, ProcessRecord]:
     return records
 
 
+def _programs(paths: RunPaths) -> set[str]:
+    """The programs a run's processes run: its resolved binaries, the PostgreSQL server, its Python."""
+    record = read_run(paths.folder)
+    if record is not None:
+        found = set(record.spec.binaries.values()) | {record.spec.python}
+    else:
+        found = {str(b.debian_path) for b in BINARIES.values()} | {sys.executable}
+    return found | {str(PG_BIN / "postgres")}
+
+
 def _stale_reason(record: RunRecord | None, paths: RunPaths) -> str | None:
     if record is None:
         return "it has no readable run.json (its start was killed before it was written)"
@@ -245,14 +256,17 @@ def _stop_folder(
     """Stop every recorded process of a run folder (reverse start order), check for residue,
     and remove the folder when nothing is left running. (stopped, residue, folder_removed)."""
     records = {**(extra or {}), **_records(paths)}
-    if paths.folder.exists():
-        known = {r.pid for r in records.values()}
-        records |= {r.component: r for r in procs.unrecorded_components(paths.folder) if r.pid not in known}
     stopped: dict[str, StopOutcome] = {}
     order = [c for c in reversed(COMPONENTS) if c in records] + [c for c in records if c not in COMPONENTS]
     for name in order:
         sig = next((t.stop_signal for c, t in COMPONENT_TYPES.items() if c == name), signal.SIGTERM)
         stopped[name] = procs.stop(records[name], sig, timeout_s=timeout_s, child=(children or {}).get(name))
+    # What no record names but is the run's: a process whose starter was killed before recording
+    # it, or a PostgreSQL backend (each is a session of its own) that outlived a killed postmaster.
+    if paths.folder.exists():
+        for rec in procs.unrecorded_components(paths.folder, _programs(paths)):
+            records[rec.component] = rec
+            stopped[rec.component] = procs.stop(rec, signal.SIGTERM, timeout_s=timeout_s)
     residue = [f"process {r.pid} ({name}: {r.argv0}) still running" for name, r in records.items() if procs.is_running(r)]
     residue += [f"process {pid} still runs in the run folder: {cmd}" for pid, cmd in procs.processes_under(paths.folder)] if paths.folder.exists() else []
     residue += [f"port 127.0.0.1:{port} ({name}) still listened on" for name, port in ports.items() if procs.listening([port])]

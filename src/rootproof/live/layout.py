@@ -58,7 +58,7 @@ __all__ = [
 ComponentName = Literal[
     "postgres", "redis", "order_service", "nginx", "postgres_exporter", "redis_exporter", "prometheus", "load"
 ]
-"""The parts of an environment, each one process (nginx's and PostgreSQL's helpers are in its group)."""
+"""The parts of an environment, each one recorded process (with its helpers: nginx's workers, PostgreSQL's backends)."""
 COMPONENTS: tuple[ComponentName, ...] = get_args(ComponentName)
 """Every component, in start order (stopped in the reverse order)."""
 REQUIRES: dict[ComponentName, tuple[ComponentName, ...]] = {

@@ -7,8 +7,9 @@ process once ours has exited; the pair cannot, so every check and every signal g
 
 Every component is started in a session of its own (`start_new_session`, or `setsid` inside
 `pg_ctl`), so its pid is also its process group id and the group holds its helpers (nginx's
-workers, PostgreSQL's backends). `stop()` signals the recorded process, waits a bound, then
-SIGKILLs its group, and finally kills members of the group that outlived the leader. A
+workers; PostgreSQL's backends each start a session of their own and end with their
+postmaster). `stop()` signals the recorded process, waits a bound, then SIGKILLs its group,
+and finally kills members of the group that outlived the leader. A
 group is only signalled while it is provably ours: its leader is the recorded process, or the
 leader is gone and the pid is not in use (Linux does not reuse a number while it is some
 process group's id, so members of that group can only be the leader's).
@@ -188,20 +189,21 @@ def stop(
     return outcome
 
 
-def unrecorded_components(folder: Path) -> list[ProcessRecord]:
-    """Processes that look like components of the run in `folder` although no pidfile names
-    them (their starter was killed between starting and recording them): session leaders whose
-    working folder is inside `folder` and whose command line names a path inside it. A shell or
-    a `tail -f` someone runs there is not a session leader naming the folder, so is never one."""
-    root = str(folder.resolve())
+def unrecorded_components(folder: Path, programs: Iterable[str]) -> list[ProcessRecord]:
+    """Processes that are components of the run in `folder` although no pidfile names them
+    (their starter was killed between starting and recording them): session leaders (every
+    component starts a session) working inside `folder` and running one of `programs` (the
+    run's binaries and interpreter). A shell or a `tail -f` someone runs there is not one."""
+    wanted = {os.path.realpath(p) for p in programs}
     out = []
-    for pid, cmd in processes_under(folder):
+    for pid, _cmd in processes_under(folder):
         try:
-            sid = os.getsid(pid)
+            leader = os.getsid(pid) == pid
+            exe = os.path.realpath(os.readlink(f"/proc/{pid}/exe"))
         except OSError:
             continue
-        if sid == pid and root + "/" in cmd:
-            rec = ProcessRecord.of(f"unrecorded-{pid}", pid, cmd.split(" ", 1)[0])
+        if leader and exe in wanted:
+            rec = ProcessRecord.of(f"unrecorded-{pid}", pid, exe)
             if rec is not None:
                 out.append(rec)
     return out
