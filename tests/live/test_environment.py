@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,23 @@ def test_tool_calls_through_the_cli_read_live_evidence_from_the_targets_file(roo
     assert any("/orders" in r["text"] for r in refs)
     series = json.dumps(docs["query_metrics"]["observation"])
     assert "pg_stat_activity_count" in series and 'job=\\"postgres\\"' in series
+
+
+def test_the_seams_later_phases_use_reach_the_real_processes(env: LiveEnvironment) -> None:
+    # the superuser over the run's socket (the fault injector's), never in the targets file
+    psql = [env.spec.binaries["psql"], env.superuser_dsn(), "-XAtc", "SELECT current_user, count(*) FROM inventory"]
+    assert subprocess.run(psql, capture_output=True, text=True, check=True).stdout.strip() == "postgres|20"
+    # the order service's fault switch: a delay on the public routes only
+    admin = env.order_admin()
+    assert admin.set_faults(delay_s=0.3) == {"leak": False, "delay_s": 0.3, "leaked_connections": 0}
+    assert env.probe().latency_ms >= 600  # two requests, each delayed
+    assert admin.reset()["delay_s"] == 0.0
+    # restart: stopped by its pid, started again on the same ports, healthy
+    before = env.process("order_service")
+    assert before is not None
+    after = env.restart("order_service")
+    assert after.pid != before.pid and not is_running(before) and env.pids()["order_service"] == after.pid
+    assert env.probe().ok and env.status().healthy
 
 
 def _run_of(root: Path, before: set[str]) -> str:

@@ -362,6 +362,7 @@ class LiveEnvironment:
         self._pending: list[int] = []
         self._previous: dict[int, Any] = {}
         self._interrupted: int | None = None
+        self._attached = False
 
     @classmethod
     def attach(cls, root: Path, run_id: str, *, progress: Callable[[str], None] | None = None) -> LiveEnvironment:
@@ -371,7 +372,7 @@ class LiveEnvironment:
         if record is None:
             raise UsageError(f"live run {run_id} under {root} has no readable run.json (`rootproof live down {run_id}` removes it)")
         env = cls(record.spec.config, progress=progress)
-        env._spec, env._record = record.spec, record
+        env._spec, env._record, env._attached = record.spec, record, True
         return env
 
     # -- what the run is ---------------------------------------------------------------
@@ -455,6 +456,8 @@ class LiveEnvironment:
         LiveEnvironmentError (a fixed port in use, a stale run that cannot be cleaned)."""
         if self._report is not None:
             return self._report
+        if self._attached:
+            raise LiveEnvironmentError("environment", f"run {self.run_id} was started elsewhere: status, probe, restart and stop it; start a new LiveEnvironment for a new run")
         cfg = self.config
         components = with_requirements(cfg.components)
         root_user = os.geteuid() == 0
