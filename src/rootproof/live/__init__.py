@@ -12,23 +12,14 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rootproof.live.env import (
-        CleanedRun,
-        ComponentStatus,
-        LiveEnvironment,
-        PreflightReport,
-        RunInfo,
-        RunStatus,
-        StopReport,
-        list_runs,
-        stop_run,
-    )
+    from rootproof.live.env import ComponentStatus, LiveEnvironment, PreflightReport, RunStatus
     from rootproof.live.layout import COMPONENTS, ComponentName, LiveConfig
     from rootproof.live.load import LoadStats, ProbeResult
+    from rootproof.live.runs import CleanedRun, RunInfo, StopReport, list_runs, stop_run
 
 _HOME = {
     "COMPONENTS": "layout",
-    "CleanedRun": "env",
+    "CleanedRun": "runs",
     "ComponentName": "layout",
     "ComponentStatus": "env",
     "LiveConfig": "layout",
@@ -36,11 +27,11 @@ _HOME = {
     "LoadStats": "load",
     "PreflightReport": "env",
     "ProbeResult": "load",
-    "RunInfo": "env",
+    "RunInfo": "runs",
     "RunStatus": "env",
-    "StopReport": "env",
-    "list_runs": "env",
-    "stop_run": "env",
+    "StopReport": "runs",
+    "list_runs": "runs",
+    "stop_run": "runs",
 }
 """Where each exported name lives: loaded on first use, so `rootproof --help` (which mounts
 `rootproof.live.cli`) does not import the environment."""

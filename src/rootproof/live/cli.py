@@ -128,7 +128,8 @@ def status(
     """Each component of a run: its process alive, its ports listened on, its health check. Exit 1 when one is not healthy."""
 
     def body() -> int:
-        from rootproof.live.env import LiveEnvironment, list_runs
+        from rootproof.live.env import LiveEnvironment
+        from rootproof.live.runs import list_runs
 
         root = _root()
         runs = [r for r in list_runs(root) if run_id is None or r.run_id == run_id]
@@ -170,7 +171,7 @@ def down(
     """Stop a run by its pidfiles and remove its folder; list anything left (exit 1 when something is)."""
 
     def body() -> int:
-        from rootproof.live.env import list_runs, run_folder, stop_run
+        from rootproof.live.runs import list_runs, run_folder, stop_run
 
         if run_id is not None and all_runs:
             raise UsageError("give a RUN_ID or --all, not both")

@@ -24,11 +24,12 @@ file is left and removes the folder, returning a `StopReport` whose `residue` mu
 `start(detach=True)` (`rootproof live up`) gives the run up: it stays after this process exits
 until `rootproof live down` stops it from its pidfiles.
 
-Stale runs: a run folder whose owner process is gone (a SIGKILLed benchmark) or a detached run
-none of whose processes is alive is stale; the next `preflight()` under the same root stops its
-recorded processes that are still the same processes (pid and start time) and removes it.
-A run whose owner runs, or a detached run with a live process, is never touched. Preflights
-hold `<root>/.lock` while they look, so two never clean (or claim) the same folder.
+Stale runs (`rootproof.live.runs`): a run folder whose owner process is gone (a SIGKILLed
+benchmark) or a detached run none of whose processes is alive is stale; the next `preflight()`
+under the same root stops its processes that are still the same processes (pid and start time)
+and removes it. A run whose owner runs, or a detached run with a live process, is never
+touched. Preflights hold `<root>/.lock` while they look, so two never clean (or claim) the same
+folder.
 
 Signals: inside `with LiveEnvironment(...)` (or after `install_signal_handlers()`), SIGINT and
 SIGTERM stop everything first and are then re-raised with the handler they had before
@@ -39,16 +40,13 @@ section, and so is `stop()`: a signal arriving inside waits for its end.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import pwd
-import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,59 +55,41 @@ from typing import Any
 from rootproof.errors import LiveConfigError, LiveEnvironmentError, UsageError
 from rootproof.live import procs
 from rootproof.live.admin import OrderServiceAdmin
-from rootproof.live.binaries import BINARIES, PG_BIN, resolve
+from rootproof.live.binaries import resolve
 from rootproof.live.components import COMPONENT_TYPES, Component, Health, Started, component
 from rootproof.live.components.orders import admin_url, nginx_url
-from rootproof.live.components.postgres import _postmaster, superuser_dsn
+from rootproof.live.components.postgres import superuser_dsn
 from rootproof.live.layout import (
-    COMPONENTS,
     PORTS,
-    RUN_ID_PATTERN,
     ComponentName,
     LiveConfig,
-    Owner,
     RunPaths,
     RunRecord,
     RunSpec,
     new_run_id,
-    read_pidfiles,
     read_run,
-    run_folders,
     with_requirements,
     write_pidfile,
     write_run,
 )
 from rootproof.live.load import LoadStats, ProbeResult, probe, read_stats
-from rootproof.live.procs import ProcessRecord, StopOutcome
+from rootproof.live.procs import ProcessRecord
+from rootproof.live.runs import (
+    CleanedRun,
+    StopReport,
+    clean_stale,
+    owner_of_this_process,
+    records_of,
+    root_lock,
+    run_folder,
+    stop_folder,
+)
 
-__all__ = [
-    "CleanedRun",
-    "ComponentStatus",
-    "LiveEnvironment",
-    "PreflightReport",
-    "RunInfo",
-    "RunStatus",
-    "StopReport",
-    "list_runs",
-    "run_folder",
-    "stop_run",
-]
+__all__ = ["ComponentStatus", "LiveEnvironment", "PreflightReport", "RunStatus"]
 
 SOCKET_PATH_MAX = 107
 """Longest unix socket path Linux accepts (PostgreSQL's socket lives in the run folder)."""
 _PORT_COMPONENT = {port: comp for comp, ports in PORTS.items() for port in ports}
-
-
-@dataclass(frozen=True, kw_only=True)
-class CleanedRun:
-    """A stale run preflight cleaned up."""
-
-    run_id: str
-    reason: str
-    """Why it was stale (`its owner, pid 123, is gone`)."""
-    stopped: dict[str, StopOutcome]
-    """Each recorded process and what stopping it took (`not_running` when it had already exited)."""
-    residue: list[str]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,22 +102,6 @@ class PreflightReport:
     binaries: dict[str, str]
     cleaned: list[CleanedRun]
     """Stale runs of earlier, killed processes that were stopped and removed."""
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON object."""
-        return {**asdict(self), "folder": str(self.folder)}
-
-
-@dataclass(frozen=True, kw_only=True)
-class StopReport:
-    """What stopping a run did and left."""
-
-    run_id: str
-    folder: Path
-    stopped: dict[str, StopOutcome]
-    residue: list[str]
-    """Everything left behind: a process still running, a port still listened on, the folder; empty when clean."""
-    folder_removed: bool
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON object."""
@@ -189,162 +153,6 @@ class RunStatus:
             "targets_file": str(self.targets_file),
             "components": [asdict(c) for c in self.components],
         }
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunInfo:
-    """A run folder found under a root."""
-
-    run_id: str
-    folder: Path
-    state: str | None
-    """None when its `run.json` is missing or unreadable."""
-    detached: bool
-    owner_pid: int | None
-    stale: str | None
-    """Why the next preflight would clean it up; None for a live run."""
-
-
-def _me() -> Owner:
-    st = procs.read_stat(os.getpid())
-    return Owner(pid=os.getpid(), start_time=st.start_time if st is not None else 0)
-
-
-def _owner_alive(owner: Owner) -> bool:
-    return procs.is_running(ProcessRecord(component="owner", pid=owner.pid, start_time=owner.start_time, argv0=""))
-
-
-def _records(paths: RunPaths) -> dict[str, ProcessRecord]:
-    """The run's pidfiles, and a postmaster not recorded yet (killed while pg_ctl was starting it)."""
-    records = read_pidfiles(paths)
-    if "postgres" not in records:
-        pid = _postmaster(paths.pg_data / "postmaster.pid", paths.pg_data)
-        rec = ProcessRecord.of("postgres", pid, "postgres") if pid is not None else None
-        if rec is not None:
-            records["postgres"] = rec
-    return records
-
-
-def _programs(paths: RunPaths) -> set[str]:
-    """The programs a run's processes run: its resolved binaries, the PostgreSQL server, its Python."""
-    record = read_run(paths.folder)
-    if record is not None:
-        found = set(record.spec.binaries.values()) | {record.spec.python}
-    else:
-        found = {str(b.debian_path) for b in BINARIES.values()} | {sys.executable}
-    return found | {str(PG_BIN / "postgres")}
-
-
-def _stale_reason(record: RunRecord | None, paths: RunPaths) -> str | None:
-    if record is None:
-        return "it has no readable run.json (its start was killed before it was written)"
-    if record.owner is not None:
-        return None if _owner_alive(record.owner) else f"its owner, pid {record.owner.pid}, is gone"
-    if any(procs.is_running(r) for r in _records(paths).values()):
-        return None
-    return "it was left up (detached) but none of its processes runs"
-
-
-def _stop_folder(
-    paths: RunPaths,
-    *,
-    ports: Mapping[str, int],
-    timeout_s: float,
-    extra: Mapping[str, ProcessRecord] | None = None,
-    children: Mapping[str, subprocess.Popen[bytes]] | None = None,
-) -> tuple[dict[str, StopOutcome], list[str], bool]:
-    """Stop every recorded process of a run folder (reverse start order), check for residue,
-    and remove the folder when nothing is left running. (stopped, residue, folder_removed)."""
-    records = {**(extra or {}), **_records(paths)}
-    stopped: dict[str, StopOutcome] = {}
-    order = [c for c in reversed(COMPONENTS) if c in records] + [c for c in records if c not in COMPONENTS]
-    for name in order:
-        sig = next((t.stop_signal for c, t in COMPONENT_TYPES.items() if c == name), signal.SIGTERM)
-        stopped[name] = procs.stop(records[name], sig, timeout_s=timeout_s, child=(children or {}).get(name))
-    # What no record names but is the run's: a process whose starter was killed before recording
-    # it, or a PostgreSQL backend (each is a session of its own) that outlived a killed postmaster.
-    if paths.folder.exists():
-        for rec in procs.unrecorded_components(paths.folder, _programs(paths)):
-            records[rec.component] = rec
-            stopped[rec.component] = procs.stop(rec, signal.SIGTERM, timeout_s=timeout_s)
-    residue = [f"process {r.pid} ({name}: {r.argv0}) still running" for name, r in records.items() if procs.is_running(r)]
-    residue += [f"process {pid} still runs in the run folder: {cmd}" for pid, cmd in procs.processes_under(paths.folder)] if paths.folder.exists() else []
-    residue += [f"port 127.0.0.1:{port} ({name}) still listened on" for name, port in ports.items() if procs.listening([port])]
-    removed = False
-    if not any(r.startswith("process") for r in residue):
-        problems: list[str] = []
-        shutil.rmtree(paths.folder, onerror=lambda fn, path, exc: problems.append(f"{path}: {exc[1]}"))
-        removed = not paths.folder.exists()
-        if not removed:
-            residue.append(f"folder {paths.folder} could not be removed: {'; '.join(problems[:3]) or 'still there'}")
-    else:
-        residue.append(f"folder {paths.folder} kept (processes of the run still run; `rootproof live down` retries)")
-    return stopped, residue, removed
-
-
-@contextlib.contextmanager
-def _root_lock(root: Path) -> Iterator[None]:
-    fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def list_runs(root: Path) -> list[RunInfo]:
-    """Every run folder under `root`, oldest first, with why it is stale (if it is)."""
-    out = []
-    for folder in run_folders(root):
-        record = read_run(folder)
-        out.append(
-            RunInfo(
-                run_id=folder.name,
-                folder=folder,
-                state=record.state if record else None,
-                detached=record is not None and record.owner is None,
-                owner_pid=record.owner.pid if record and record.owner else None,
-                stale=_stale_reason(record, RunPaths(folder)),
-            )
-        )
-    return out
-
-
-def run_folder(root: Path, run_id: str) -> Path:
-    """The folder of run `run_id` under `root`; UsageError naming the runs there when there is none."""
-    if not RUN_ID_PATTERN.match(run_id):
-        raise UsageError(f"{run_id!r} is not a run id (expected the form 20261201-120000-3fa9c2)")
-    folder = root / run_id
-    if not folder.is_dir():
-        known = ", ".join(r.run_id for r in list_runs(root)) or "none"
-        raise UsageError(f"no live run {run_id} under {root} (runs there: {known})")
-    return folder
-
-
-def stop_run(root: Path, run_id: str, *, timeout_s: float = 10.0) -> StopReport:
-    """Stop run `run_id` under `root` from its pidfiles and remove its folder (`rootproof live
-    down`), whoever started it; a folder without a readable run.json is stopped from what
-    pidfiles it has. UsageError when there is no such run folder."""
-    folder = run_folder(root, run_id)
-    if read_run(folder) is not None:
-        return LiveEnvironment.attach(root, run_id).stop()
-    stopped, residue, removed = _stop_folder(RunPaths(folder), ports={}, timeout_s=timeout_s)
-    return StopReport(run_id=run_id, folder=folder, stopped=stopped, residue=residue, folder_removed=removed)
-
-
-def _clean_stale(root: Path, timeout_s: float) -> list[CleanedRun]:
-    cleaned = []
-    for folder in run_folders(root):
-        record = read_run(folder)
-        paths = RunPaths(folder)
-        reason = _stale_reason(record, paths)
-        if reason is None:
-            continue
-        stopped, residue, _ = _stop_folder(paths, ports=record.spec.ports if record else {}, timeout_s=timeout_s)
-        cleaned.append(CleanedRun(run_id=folder.name, reason=reason, stopped=stopped, residue=residue))
-        if residue:
-            raise LiveEnvironmentError("environment", f"stale run {folder.name} ({reason}) could not be cleaned: {'; '.join(residue)}")
-    return cleaned
 
 
 class LiveEnvironment:
@@ -432,11 +240,11 @@ class LiveEnvironment:
 
     def pids(self) -> dict[str, int]:
         """The pid of each running component (from its pidfile, checked to be the same process)."""
-        return {name: r.pid for name, r in _records(self.paths).items() if procs.is_running(r)}
+        return {name: r.pid for name, r in records_of(self.paths).items() if procs.is_running(r)}
 
     def process(self, name: ComponentName) -> ProcessRecord | None:
         """The recorded process of component `name` (pid and start time), None if not running."""
-        rec = _records(self.paths).get(name)
+        rec = records_of(self.paths).get(name)
         return rec if rec is not None and procs.is_running(rec) else None
 
     def probe(self, *, timeout_s: float = 10.0, sku: str | None = None) -> ProbeResult:
@@ -483,17 +291,15 @@ class LiveEnvironment:
                 "postgres", f"the run folder's socket path {sock} is longer than {SOCKET_PATH_MAX} characters; choose a shorter root (ROOTPROOF_LIVE_ROOT)"
             )
         names = [p for c in components for p in PORTS[c]]
-        with _root_lock(root):
-            cleaned = _clean_stale(root, cfg.stop_timeout_s)
-            for run in cleaned:
-                self._progress(f"cleaned stale run {run.run_id}: {run.reason}")
+        with root_lock(root):
+            cleaned = clean_stale(root, cfg.stop_timeout_s, self._progress)
             ports = self._ports(names)
             folder.mkdir(mode=0o755)
             folder.chmod(0o755)  # not the umask's: the postgres user walks through it
             RunPaths(folder).pids.mkdir()
             RunPaths(folder).secrets.mkdir(mode=0o700)
             spec = RunSpec(run_id=run_id, folder=folder, config=cfg, components=components, ports=ports, binaries=binaries, pg_os_user=pg_user)
-            record = RunRecord(spec=spec, state="starting", owner=_me(), created_at=datetime.now(UTC).isoformat(timespec="seconds"))
+            record = RunRecord(spec=spec, state="starting", owner=owner_of_this_process(), created_at=datetime.now(UTC).isoformat(timespec="seconds"))
             write_run(record)
         self._spec, self._record = spec, record
         self._report = PreflightReport(run_id=run_id, folder=folder, ports=dict(ports), binaries=binaries, cleaned=cleaned)
@@ -596,7 +402,7 @@ class LiveEnvironment:
         until it is healthy: the seam of a `restart_service` recovery. Returns its new record."""
         spec = self.spec
         comp = component(name)
-        old = _records(self.paths).get(name)
+        old = records_of(self.paths).get(name)
         if old is not None:
             procs.stop(old, comp.stop_signal, timeout_s=self.config.stop_timeout_s, child=self._children.pop(name, None))
         started = self._spawn(name, comp)
@@ -612,20 +418,11 @@ class LiveEnvironment:
         (`attach`). `residue` lists anything left (empty when clean)."""
         if self._spec is None:
             return StopReport(run_id="", folder=self.config.root, stopped={}, residue=[], folder_removed=False)
-        spec = self._spec
         with self._critical_section():
-            if self._record is not None and spec.folder.exists():
-                with contextlib.suppress(OSError):
-                    write_run(self._record.with_state("stopping"))
-            stopped, residue, removed = _stop_folder(
-                spec.paths, ports=spec.ports, timeout_s=self.config.stop_timeout_s, extra=self._started, children=self._children
-            )
-            if not removed and spec.folder.exists() and self._record is not None:
-                with contextlib.suppress(OSError):
-                    write_run(self._record.with_state("failed"))
+            report = stop_folder(self._spec.paths, timeout_s=self.config.stop_timeout_s, extra=self._started, children=self._children)
             self._started.clear()
             self._children.clear()
-        return StopReport(run_id=spec.run_id, folder=spec.folder, stopped=stopped, residue=residue, folder_removed=removed)
+        return report
 
     # -- status ------------------------------------------------------------------------
 
@@ -633,7 +430,7 @@ class LiveEnvironment:
         """Each component: its process alive, its ports listened on, its health check."""
         spec = self.spec
         record = read_run(spec.folder) or self._record
-        records = _records(spec.paths)
+        records = records_of(spec.paths)
         rows = []
         for name in spec.components:
             rec = records.get(name)

@@ -33,7 +33,7 @@ from rootproof.live.components.base import Component, Health, Started, log_tail
 from rootproof.live.layout import RunSpec
 from rootproof.live.procs import ProcessRecord, read_stat
 
-__all__ = ["ROLES", "PostgresComponent", "app_dsn", "readonly_dsn", "superuser_dsn"]
+__all__ = ["ROLES", "PostgresComponent", "app_dsn", "postmaster_pid", "readonly_dsn", "superuser_dsn"]
 
 ROLES = ("rootproof", "orders_app", "exporter")
 """The login roles made in the cluster, each with a password file `<run>/secrets/<role>.password`."""
@@ -173,15 +173,14 @@ class PostgresComponent(Component):
 
     def spawn(self, spec: RunSpec) -> Started:
         p = spec.paths
-        pidfile = p.pg_data / "postmaster.pid"
-        before = _postmaster(pidfile, p.pg_data)
+        before = postmaster_pid(p.pg_data)
         argv = [spec.binaries["pg_ctl"], "-D", str(p.pg_data), "-l", str(p.pg / "startup.log"), "-W", "start"]
         _run(spec, "pg_ctl start", _as_pg_user(spec, argv), timeout_s=30)
         # pg_ctl has forked the postmaster (in a session of its own) and returned: its pid is in
         # postmaster.pid as soon as it has started.
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            pid = _postmaster(pidfile, p.pg_data)
+            pid = postmaster_pid(p.pg_data)
             if pid is not None and pid != before:
                 record = ProcessRecord.of("postgres", pid, argv0="postgres")
                 if record is not None:
@@ -206,8 +205,10 @@ class PostgresComponent(Component):
         _run(spec, "creating the orders schema and roles (psql)", argv, stdin=sql)
 
 
-def _postmaster(pidfile: Path, data: Path) -> int | None:
-    """The running postmaster's pid from postmaster.pid (its working folder is the data folder)."""
+def postmaster_pid(data: Path) -> int | None:
+    """The pid of the postmaster running on data folder `data` (from its postmaster.pid, checked:
+    a live process working in that folder), None when there is none."""
+    pidfile = data / "postmaster.pid"
     try:
         first = pidfile.read_text(encoding="utf-8").splitlines()[0]
         pid = int(first)
