@@ -123,8 +123,16 @@ def test_tool_calls_through_the_cli_read_live_evidence_from_the_targets_file(roo
         "inspect_postgres": _tool("inspect_postgres", env.targets_file, '{"kind": "activity"}', home),
         "query_logs": _tool("query_logs", env.targets_file, '{"query": "orders", "service": "order-service"}', home),
         "query_metrics": _tool("query_metrics", env.targets_file, '{"metric": "pg_stat_activity_count"}', home),
+        "inspect_redis": _tool("inspect_redis", env.targets_file, '{"kind": "clients"}', home),  # as the read-only ACL user
+        "inspect_nginx": _tool("inspect_nginx", env.targets_file, '{"kind": "access_log"}', home),
     }
-    sources = {"inspect_postgres": "live:orders-db", "query_logs": "live:order-service", "query_metrics": "live:prom"}
+    sources = {
+        "inspect_postgres": "live:orders-db",
+        "query_logs": "live:order-service",
+        "query_metrics": "live:prom",
+        "inspect_redis": "live:cache",
+        "inspect_nginx": "live:edge",
+    }
     for name, doc in docs.items():
         inv = doc["invocation"]
         assert (inv["status"], inv["evidence_status"], inv["data_source"]) == ("READY", "EVIDENCE_FOUND", sources[name]), inv
@@ -134,6 +142,8 @@ def test_tool_calls_through_the_cli_read_live_evidence_from_the_targets_file(roo
     assert any("/orders" in r["text"] for r in refs)
     series = json.dumps(docs["query_metrics"]["observation"])
     assert "pg_stat_activity_count" in series and 'job=\\"postgres\\"' in series
+    assert any("name=order-service" in r["text"] for r in docs["inspect_redis"]["invocation"]["evidence_refs"])
+    assert any('"POST /orders HTTP/1.1" 201 ' in r["text"] for r in docs["inspect_nginx"]["invocation"]["evidence_refs"])
 
 
 def test_the_seams_later_phases_use_reach_the_real_processes(env: LiveEnvironment) -> None:
@@ -145,6 +155,8 @@ def test_the_seams_later_phases_use_reach_the_real_processes(env: LiveEnvironmen
     assert admin.set_faults(delay_s=0.3) == {"leak": False, "delay_s": 0.3, "leaked_connections": 0}
     assert env.probe().latency_ms >= 600  # two requests, each delayed
     assert admin.reset()["delay_s"] == 0.0
+    log = env.paths.orders_log.read_text(encoding="utf-8")
+    assert "fault" not in log and "delay_s" not in log  # what the diagnosis reads never names the switch
     # restart: stopped by its pid, started again on the same ports, healthy
     before = env.process("order_service")
     assert before is not None

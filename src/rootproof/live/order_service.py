@@ -473,6 +473,8 @@ class OrderService:
         def faults() -> dict[str, Any]:
             return self.faults()
 
+        # Never logged: the service's log is evidence the diagnosis reads, and a switch turned on
+        # there would hand it the answer.
         @app.put("/faults")
         def set_faults(body: FaultsIn) -> dict[str, Any]:
             with self.state.lock:
@@ -480,7 +482,6 @@ class OrderService:
                     self.state.leak = body.leak
                 if body.delay_s is not None:
                     self.state.delay_s = body.delay_s
-            self.log.info("fault switch changed", extra={"fields": {"component": "admin", **body.model_dump(exclude_none=True)}})
             return self.faults()
 
         @app.post("/faults/reset")
