@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
 
 import rootproof.live
+from rootproof.errors import LiveEnvironmentError, MissingBinary, UsageError
 from rootproof.live import COMPONENTS, LiveConfig, list_runs
 from rootproof.live.components import COMPONENT_TYPES
 from rootproof.live.layout import (
@@ -88,3 +90,28 @@ def test_run_json_round_trips_and_a_dead_owner_or_a_missing_record_is_stale(tmp_
     broken = tmp_path / new_run_id()
     broken.mkdir()
     assert [r.stale for r in list_runs(tmp_path) if r.folder == broken] == ["it has no readable run.json (its start was killed before it was written)"]
+
+
+def _raise(exc: Exception) -> None:
+    raise exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "code", "line"),
+    [
+        (
+            MissingBinary("redis", "redis-server", "redis-server", "/usr/bin/redis-server and PATH"),
+            2,
+            "Error: redis: redis-server is not installed (looked at /usr/bin/redis-server and PATH); install the Debian package redis-server: apt-get install redis-server",
+        ),
+        (LiveEnvironmentError("nginx", "exited with status 1 before it was ready"), 1, "Error: live environment: nginx: exited with status 1 before it was ready"),
+        (UsageError("no live run 20260101-000000-abcdef under /x (runs there: none)"), 2, "Error: no live run 20260101-000000-abcdef under /x (runs there: none)"),
+    ],
+)
+def test_the_cli_maps_each_failure_to_one_line_and_its_exit_code(exc: Exception, code: int, line: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from rootproof.live.cli import _run
+
+    with pytest.raises(typer.Exit) as info:
+        _run(lambda: _raise(exc))
+    assert info.value.exit_code == code
+    assert capsys.readouterr().err.splitlines() == [line]
