@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from conftest import _unavailable
@@ -73,9 +74,8 @@ def read_until(p: subprocess.Popen[str], prefix: str) -> str:
     raise AssertionError(f"the owner exited ({p.wait()}) before printing {prefix!r}: {p.stderr.read() if p.stderr else ''}")
 
 
-def wait_for(what: str, check: object, timeout_s: float = 20.0) -> None:
+def wait_for(what: str, check: Callable[[], object], timeout_s: float = 20.0) -> None:
     """Poll `check()` until it is truthy; AssertionError naming `what` after `timeout_s`."""
-    assert callable(check)
     deadline = time.monotonic() + timeout_s
     while not check():
         if time.monotonic() > deadline:

@@ -23,7 +23,7 @@ from rootproof.live.layout import COMPONENTS, RunPaths, read_pidfiles
 from rootproof.live.procs import ProcessRecord, is_running, listening
 from rootproof.targets import load_targets
 
-from .support import assert_gone, cli, fresh_root, need_binaries, owner, read_until, remove_root
+from .support import assert_gone, cli, fresh_root, need_binaries, owner, read_until, remove_root, wait_for
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -162,7 +162,8 @@ def test_the_seams_later_phases_use_reach_the_real_processes(env: LiveEnvironmen
     assert before is not None
     after = env.restart("order_service")
     assert after.pid != before.pid and not is_running(before) and env.pids()["order_service"] == after.pid
-    assert env.probe().ok and env.status().healthy
+    assert env.probe().ok
+    wait_for("every component healthy again (Prometheus scrapes the restarted service)", lambda: env.status().healthy, timeout_s=15)
 
 
 def _run_of(root: Path, before: set[str]) -> str:

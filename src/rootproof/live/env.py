@@ -399,7 +399,8 @@ class LiveEnvironment:
 
     def restart(self, name: ComponentName) -> ProcessRecord:
         """Stop component `name` by its pid and start it again (same ports and files), waiting
-        until it is healthy: the seam of a `restart_service` recovery. Returns its new record."""
+        until it is healthy: the seam of a `restart_service` recovery. Returns its new record.
+        Others catch up on their own (Prometheus sees it `up` again at its next scrape)."""
         spec = self.spec
         comp = component(name)
         old = records_of(self.paths).get(name)
