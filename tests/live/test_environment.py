@@ -76,11 +76,14 @@ def test_an_order_round_trips_through_nginx_and_leaves_its_evidence(env: LiveEnv
     assert result.ok, result
     assert result.order_id is not None and result.latency_ms > 0
     # the order service logged both requests as jsonl, nginx logged them with the upstream's timing
+    # (each writes its line once the answer is out: wait, bounded, for them to be there)
+    wanted = f'"GET /orders/{result.order_id} HTTP/1.1" 200 '
+    wait_for("nginx's access line", lambda: wanted in env.paths.nginx_access_log.read_text(encoding="utf-8"), timeout_s=5)
+    wait_for("the service's log line", lambda: f'"GET /orders/{result.order_id} 200' in env.paths.orders_log.read_text(encoding="utf-8"), timeout_s=5)
     lines = [json.loads(x) for x in env.paths.orders_log.read_text(encoding="utf-8").splitlines()]
     assert {"ts", "level", "service", "message"} <= set(lines[-1])
     assert any(x.get("route") == "/orders" and x.get("status") == 201 for x in lines)
     access = env.paths.nginx_access_log.read_text(encoding="utf-8")
-    assert f'"GET /orders/{result.order_id} HTTP/1.1" 200 ' in access
     line = next(x for x in access.splitlines() if f"/orders/{result.order_id} " in x)
     assert line.rsplit(" ", 2)[-1] == "200" and float(line.rsplit(" ", 2)[-2]) >= 0  # $upstream_response_time $upstream_status
     stats = env.load_stats()
