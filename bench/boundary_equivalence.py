@@ -203,7 +203,6 @@ def capture(folder: Path) -> None:
 
     sys.path.insert(0, str(ROOT / "bench"))
     import live
-
     from rootproof.tools.base import TOOLS
 
     folder.mkdir(parents=True, exist_ok=True)

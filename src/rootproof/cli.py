@@ -26,6 +26,7 @@ from rich.markup import escape as markup_escape
 from rootproof.agent.loop import ModelStepInfo
 from rootproof.errors import ConfigError, ScenarioError, StoreOpenError, UsageError
 from rootproof.kb.cli import kb_app
+from rootproof.live.cli import live_app
 from rootproof.run.context import RunCancellation
 from rootproof.run.records import EventRecord
 from rootproof.settings import load_settings
@@ -52,6 +53,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(scenarios_app, name="scenarios")
 app.add_typer(eval_app, name="eval")
 app.add_typer(kb_app, name="kb")
+app.add_typer(live_app, name="live")
 err = Console(stderr=True, highlight=False)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]

@@ -17,8 +17,12 @@
     ├── BackendError           an evidence backend failed (a foreign error mapped at the seam)
     │   ├── BackendUnavailable its system cannot be reached: refused, auth, timeout (counts toward the breaker)
     │   └── BackendQueryError  the system answered but the query failed: bad query, missing extension (does not)
-    └── StoreError             the trace store failed
-        └── StoreOpenError     it could not be opened: bad URL, missing driver, unreachable, old schema (exit 2)
+    ├── StoreError             the trace store failed
+    │   └── StoreOpenError     it could not be opened: bad URL, missing driver, unreachable, old schema (exit 2)
+    └── LiveEnvironmentError   the live benchmark's private environment failed: a component did not start,
+        │                      a port was taken, a process would not stop (an infrastructure failure)
+        └── LiveConfigError    it cannot be set up as configured (also a ConfigError: exit 2)
+            └── MissingBinary  a server binary is not installed (names it and its Debian package)
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ __all__ = [
     "ConfigError",
     "DeadlineExceeded",
     "IllegalTransition",
+    "LiveConfigError",
+    "LiveEnvironmentError",
+    "MissingBinary",
     "ModelError",
     "ModelOutputError",
     "ModelUnavailable",
@@ -134,3 +141,30 @@ class StoreError(RootproofError):
 class StoreOpenError(StoreError):
     """The trace store could not be opened (bad URL, unknown dialect, missing driver, unreachable
     server, schema behind): a configuration problem, reported naming the setting."""
+
+
+class LiveEnvironmentError(RootproofError):
+    """The live benchmark's private environment could not be prepared, started or stopped.
+
+    `component` names the part that failed (`postgres`, `nginx`, … or `environment` for the
+    run folder itself); the message starts with it. An infrastructure failure, never an agent's:
+    the live benchmark classifies a case that hits one `infra_invalid`."""
+
+    def __init__(self, component: str, problem: str) -> None:
+        self.component = component
+        self.problem = problem
+        super().__init__(f"{component}: {problem}")
+
+
+class LiveConfigError(LiveEnvironmentError, ConfigError):
+    """The environment cannot be set up as configured (a folder the server users cannot reach, a
+    path too long for a socket): the fix is the caller's, so the CLI exits 2."""
+
+
+class MissingBinary(LiveConfigError):
+    """A server binary the environment needs is not installed; names it and its Debian package."""
+
+    def __init__(self, component: str, binary: str, package: str, looked_at: str) -> None:
+        self.binary = binary
+        self.package = package
+        super().__init__(component, f"{binary} is not installed (looked at {looked_at}); install the Debian package {package}: apt-get install {package}")

@@ -92,6 +92,11 @@ class Settings(BaseSettings):
     targets: Path | None = None
     """A targets file (YAML or TOML): the live systems `diagnose` and `tool call` read when
     neither `--targets` nor `--scenario` is given. Default: none (no live backend)."""
+    live_root: Path | None = None
+    """Where `rootproof live` keeps its run folders (one `<run_id>/` each). Default: `live/` in the
+    data folder. When rootproof runs as root, PostgreSQL runs as the `postgres` OS user, which
+    must be able to reach this folder (a data folder under `/root` is not reachable: set a
+    folder such as `/var/tmp/rootproof-live`)."""
 
     # Input caps (rootproof.limits): a file or field above its cap is refused naming it and the
     # setting; the question and the alert a run keeps are shortened, saying so.
@@ -127,6 +132,10 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{self.data_dir / 'rootproof.db'}"
+
+    def resolved_live_root(self) -> Path:
+        """The folder of the live environment's run folders: `live_root`, else `<data_dir>/live`."""
+        return self.live_root if self.live_root is not None else self.data_dir / "live"
 
     def public_dict(self) -> dict[str, Any]:
         """Settings as a dict without secrets (for evaluation records)."""
@@ -193,7 +202,7 @@ def _source(field: str, path: Path | None, init: dict[str, Any], overrides: dict
 
 def _check_folders(settings: Settings, path: Path | None, init: dict[str, Any], overrides: dict[str, Any]) -> None:
     """A folder setting that names something else (a file) is a configuration error, named."""
-    for field in ("data_dir", "cards_dir"):
+    for field in ("data_dir", "cards_dir", "live_root"):
         folder = getattr(settings, field)
         if folder is not None and folder.exists() and not folder.is_dir():
             raise ConfigError(f"{_source(field, path, init, overrides)}: {folder} is not a folder")

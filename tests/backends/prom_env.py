@@ -12,6 +12,9 @@ which run without fixtures, use `running_prom_env()`: the session's instance whe
 running, else a private one for the block. Binaries are found on PATH or at the Debian paths;
 `ROOTPROOF_TEST_PG_DSN` / `ROOTPROOF_TEST_REDIS_URL`-like overrides are not needed: the
 exporters use the services named in the project notes (127.0.0.1:5432, 127.0.0.1:6379).
+Where the binaries are and which packages hold them, their command lines and the scrape config
+come from the live environment (`rootproof.live.binaries`, `rootproof.live.components.prometheus`),
+which starts the same three for the live benchmark.
 """
 
 from __future__ import annotations
@@ -31,6 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rootproof.errors import MissingBinary
+from rootproof.live.binaries import resolve
+from rootproof.live.components.prometheus import (
+    postgres_exporter_argv,
+    prometheus_argv,
+    prometheus_config,
+    redis_exporter_argv,
+)
+
 from .procs import free_port, stop_process
 
 __all__ = ["PromEnv", "missing_binaries", "prometheus_env", "running_prom_env", "start_prom_env"]
@@ -38,11 +50,11 @@ __all__ = ["PromEnv", "missing_binaries", "prometheus_env", "running_prom_env", 
 PG_DSN = "postgresql://postgres@127.0.0.1:5432/test?sslmode=disable"
 REDIS_ADDR = "redis://127.0.0.1:6379"
 BINARIES = {
-    "prometheus": ("prometheus", "/usr/bin/prometheus"),
-    "postgres_exporter": ("prometheus-postgres-exporter", "/usr/bin/prometheus-postgres-exporter"),
-    "redis_exporter": ("prometheus-redis-exporter", "/usr/bin/prometheus-redis-exporter"),
+    "prometheus": "prometheus",
+    "postgres_exporter": "prometheus-postgres-exporter",
+    "redis_exporter": "prometheus-redis-exporter",
 }
-"""role → (command name, Debian path)."""
+"""role → binary name (`rootproof.live.binaries.BINARIES`)."""
 READY_TIMEOUT_S = 45.0
 """Longest wait for Prometheus to be ready and to have scraped both exporters `MIN_SCRAPES` times."""
 MIN_SCRAPES = 3
@@ -51,16 +63,15 @@ _shared: PromEnv | None = None
 
 
 def _binary(role: str) -> str | None:
-    name, debian = BINARIES[role]
-    found = shutil.which(name)
-    if found:
-        return found
-    return debian if os.access(debian, os.X_OK) else None
+    try:
+        return resolve(BINARIES[role])
+    except MissingBinary:
+        return None
 
 
 def missing_binaries() -> list[str]:
     """The commands of `BINARIES` that are not installed."""
-    return [BINARIES[r][0] for r in BINARIES if _binary(r) is None]
+    return [BINARIES[r] for r in BINARIES if _binary(r) is None]
 
 
 @dataclass
@@ -120,7 +131,7 @@ def _spawn(env: PromEnv, role: str, args: list[str], extra_env: dict[str, str] |
         log.close()
 
 
-def start_prom_env(*, scrape_interval: str = "1s", min_scrapes: int = MIN_SCRAPES) -> PromEnv:
+def start_prom_env(*, scrape_interval_s: float = 1, min_scrapes: int = MIN_SCRAPES) -> PromEnv:
     """Start Prometheus and both exporters; RuntimeError (processes stopped) if not ready in time."""
     missing = missing_binaries()
     if missing:
@@ -128,36 +139,27 @@ def start_prom_env(*, scrape_interval: str = "1s", min_scrapes: int = MIN_SCRAPE
     tmp = Path(tempfile.mkdtemp(prefix="rootproof-prom-"))
     ports = {"prometheus": free_port(), "postgres_exporter": free_port(), "redis_exporter": free_port()}
     env = PromEnv(url=f"http://127.0.0.1:{ports['prometheus']}", tmp=tmp, ports=ports)
-    config = {
-        "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval, "scrape_timeout": scrape_interval},
-        "scrape_configs": [
-            {"job_name": "postgres", "static_configs": [{"targets": [f"127.0.0.1:{ports['postgres_exporter']}"]}]},
-            {"job_name": "redis", "static_configs": [{"targets": [f"127.0.0.1:{ports['redis_exporter']}"]}]},
-        ],
-    }
+    config = prometheus_config(
+        {"postgres": [f"127.0.0.1:{ports['postgres_exporter']}"], "redis": [f"127.0.0.1:{ports['redis_exporter']}"]},
+        interval_s=scrape_interval_s,
+    )
     (tmp / "prometheus.yml").write_text(json.dumps(config, indent=1))  # JSON is YAML
     try:
         _spawn(
             env,
             "postgres_exporter",
-            [str(_binary("postgres_exporter")), f"--web.listen-address=127.0.0.1:{ports['postgres_exporter']}", "--log.level=warn"],
+            postgres_exporter_argv(str(_binary("postgres_exporter")), port=ports["postgres_exporter"]),
             {"DATA_SOURCE_NAME": PG_DSN},
         )
         _spawn(
             env,
             "redis_exporter",
-            [str(_binary("redis_exporter")), f"--redis.addr={REDIS_ADDR}", f"--web.listen-address=127.0.0.1:{ports['redis_exporter']}"],
+            redis_exporter_argv(str(_binary("redis_exporter")), redis_addr=REDIS_ADDR, port=ports["redis_exporter"]),
         )
         _spawn(
             env,
             "prometheus",
-            [
-                str(_binary("prometheus")),
-                f"--config.file={tmp / 'prometheus.yml'}",
-                f"--storage.tsdb.path={tmp / 'data'}",
-                f"--web.listen-address=127.0.0.1:{ports['prometheus']}",
-                "--log.level=warn",
-            ],
+            prometheus_argv(str(_binary("prometheus")), config=tmp / "prometheus.yml", data=tmp / "data", port=ports["prometheus"]),
         )
         _wait_ready(env, min_scrapes)
     except BaseException:
