@@ -83,7 +83,7 @@ def test_a_dead_postgres_pauses_its_breaker_after_three_failures(tmp_path: Path)
     sink = h.sink
     # Built before the run: a cold index is built inside the first lookup's tool timeout, which a
     # loaded machine can exceed (this test is about the postgres breaker, not the index build).
-    h.runtime.knowledge()
+    assert h.runtime.knowledge is not None
     kinds = ("activity", "locks", "settings", "database_stats")
     steps = [ScriptedStep(calls=[("inspect_postgres", {"kind": k}), ("lookup_knowledge", {"query": f"postgres {k}"})]) for k in kinds]
     model = ScriptedModel([*steps, ScriptedStep(draft={"summary": "x", "root_cause": None, "claims": []})])
