@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from conftest import _unavailable
 from rootproof.live.binaries import missing
@@ -23,7 +24,7 @@ from rootproof.live.components import COMPONENT_TYPES
 from rootproof.live.layout import ComponentName, with_requirements
 from rootproof.live.procs import ProcessRecord, is_running, listening
 
-__all__ = ["ROOT", "assert_gone", "cli", "fresh_root", "need_binaries", "owner", "read_until", "remove_root", "wait_for"]
+__all__ = ["ROOT", "assert_gone", "cli", "fresh_root", "need_binaries", "owner", "read_until", "reap", "remove_root", "wait_for"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,3 +90,14 @@ def assert_gone(records: list[ProcessRecord], ports: list[int], folder: Path) ->
     assert running == [], f"still running: {running}"
     assert listening(ports) == [], f"still listened on: {listening(ports)}"
     assert not folder.exists(), f"{folder} still exists: {sorted(p.name for p in folder.iterdir())}"
+
+
+def reap(*procs: subprocess.Popen[Any]) -> None:
+    """Kill each process still running, wait for it and close its pipes (a test's `finally`)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        for stream in (p.stdout, p.stderr):
+            if stream is not None:
+                stream.close()

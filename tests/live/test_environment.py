@@ -23,7 +23,17 @@ from rootproof.live.layout import COMPONENTS, RunPaths, read_pidfiles
 from rootproof.live.procs import ProcessRecord, is_running, listening
 from rootproof.targets import load_targets
 
-from .support import assert_gone, cli, fresh_root, need_binaries, owner, read_until, remove_root, wait_for
+from .support import (
+    assert_gone,
+    cli,
+    fresh_root,
+    need_binaries,
+    owner,
+    read_until,
+    reap,
+    remove_root,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -210,17 +220,9 @@ def test_the_next_preflight_cleans_a_killed_owners_run_and_touches_no_live_run(r
         assert alive.wait(timeout=30) == -signal.SIGTERM
         assert_gone(list(alive_records.values()), [], root / alive_id)
     finally:
-        for p in (alive,):
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            for stream in (p.stdout, p.stderr):
-                if stream is not None:
-                    stream.close()
+        reap(alive)
         if "victim" in locals():
-            for stream in (victim.stdout, victim.stderr):
-                if stream is not None:
-                    stream.close()
+            reap(victim)
 
 
 def test_down_stops_every_process_and_leaves_no_listener_or_folder(root: Path, up: dict[str, Any]) -> None:

@@ -28,7 +28,7 @@ from rootproof.live.procs import (
     unrecorded_components,
 )
 
-from .support import assert_gone, cli, fresh_root, need_binaries, owner, read_until, remove_root
+from .support import assert_gone, cli, fresh_root, need_binaries, owner, read_until, reap, remove_root
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -146,10 +146,7 @@ def test_a_component_started_but_never_recorded_is_still_cleaned_and_a_shell_the
         assert not is_running(found[0]) and not folder.exists()  # (this test's process reaped it: no exit status to see)
         fresh.stop()
     finally:
-        for p in (orphan, bystander):
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+        reap(orphan, bystander)
 
 
 def test_sigterm_in_the_middle_of_a_start_stops_what_was_started_then_ends_the_process(root: Path) -> None:
@@ -165,9 +162,4 @@ def test_sigterm_in_the_middle_of_a_start_stops_what_was_started_then_ends_the_p
         assert_gone(records, [], run.folder)
         assert processes_under(run.folder) == [] and list_runs(root) == []
     finally:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-        for stream in (p.stdout, p.stderr):
-            if stream is not None:
-                stream.close()
+        reap(p)
