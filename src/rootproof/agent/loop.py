@@ -350,6 +350,8 @@ def run_agent(
             mode="draft" if draft_mode else "gather",
             time_left=ctx.time_left,
             step_index=step,
+            tool_calls=ctx.budget.tool_calls,
+            calls_per_tool=ctx.budget.calls_per_tool,
             cancelled=lambda: ctx.cancellation.cancelled,
         )
         t0 = time.monotonic()

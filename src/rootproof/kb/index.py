@@ -376,6 +376,13 @@ class KnowledgeBase:
                 count += 1
         return sorted(per_card, key=lambda c: (-per_card[c], c)), count
 
+    def identifiers_in(self, text: str) -> list[str]:
+        """The L0 identifiers (normalised, longest first) that occur in `text`: what of a text the
+        identifier index would recognise if it were a lookup's query."""
+        t = normalize(text)
+        found = {ident for ident, _ in self._identifiers if contains_identifier(t, ident)}
+        return sorted(found, key=lambda i: (-len(i), i))
+
     def card_scores(self, query: str, channels: Sequence[str] = CHANNELS) -> CardScores:
         """Every card's best-chunk score and rank in each channel (no floors)."""
         out = CardScores(scores={}, ranks={}, best_chunk={}, chunk_scores={})

@@ -118,6 +118,11 @@ class ModelRequest:
     max_output_tokens: int | None = None
     """Cap for the answer, when the provider supports one."""
     step_index: int = 0
+    tool_calls: int | None = None
+    """The run's tool-call budget (executed calls), when the loop has one: a planner that
+    plans its calls spends what the run allows, no more."""
+    calls_per_tool: int | None = None
+    """The run's budget of executed calls of any one tool."""
     cancelled: Callable[[], bool] = lambda: False
     """True once the run is cancelled: a streamed answer is then abandoned at once."""
 

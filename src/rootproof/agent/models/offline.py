@@ -41,7 +41,7 @@ from rootproof.agent.models.evidence_view import (
 )
 from rootproof.boundary.provenance import outside_spans, record_key
 from rootproof.evidence_sources import from_component, names_component, observes
-from rootproof.kb.signals import as_number, ref_matches, row_of
+from rootproof.kb.signals import as_number, norm, ref_matches, row_of
 from rootproof.taxonomy import recovery_policy
 from rootproof.tools.base import parse_since
 from rootproof.tools.refs import parse_log_ref
@@ -264,6 +264,8 @@ class OfflinePlanner:
     def __init__(self, knowledge: KnowledgeBase) -> None:
         self.kb = knowledge
         self._kinds: dict[str, frozenset[str]] = {}
+        self._max_calls = MAX_TOOL_CALLS
+        self._per_tool = MAX_CALLS_PER_TOOL
 
     def _asks(self, s: Signal, offered: set[str]) -> bool:
         """Whether a call can answer the signal: its tool is offered, with its kind (a tool's
@@ -278,6 +280,9 @@ class OfflinePlanner:
         question = _question(request)
         observations = observations_from(request.messages)
         offered = {t.name for t in request.tools}
+        # The run's budget when the loop gives one (a scenario's or the settings'), else the defaults.
+        self._max_calls = request.tool_calls or MAX_TOOL_CALLS
+        self._per_tool = request.calls_per_tool or MAX_CALLS_PER_TOOL
         self._kinds = {t.name: k for t in request.tools if (k := _schema_kinds(t.parameters)) is not None}
         if not observations and request.mode == "gather":
             return ModelTurn(tool_calls=self._first_look(question, offered, request.step_index))
@@ -530,13 +535,13 @@ class OfflinePlanner:
             s
             for k in related
             for s in by_key[k].unobservable
-            if s.discriminating and self._asks(s, offered) and s.tool not in blocked and used.get(s.tool, 0) < MAX_CALLS_PER_TOOL
+            if s.discriminating and self._asks(s, offered) and s.tool not in blocked and used.get(s.tool, 0) < self._per_tool
         ]
         n_urgent = len({(s.tool, s.kind, s.metric if s.tool == "query_metrics" else None) for s in urgent})
 
         def lookup_room() -> bool:
             n = sum(1 for c in calls if c.name == "lookup_knowledge")
-            return total + n + n_urgent < MAX_TOOL_CALLS
+            return total + n + n_urgent < self._max_calls
 
         can_lookup = "lookup_knowledge" in offered and "lookup_knowledge" not in blocked
         asked = " ".join(str(o.args.get("query", "")) for o in lookups)
@@ -552,8 +557,8 @@ class OfflinePlanner:
             and any(p.partition("/")[0] in named - {best.component} for p in best.distinguishes_from)
         )
         repeat_query = ""
-        if can_lookup and (not confirmed or undiscriminated) and len(lookups) < MAX_CALLS_PER_TOOL:
-            lines = self._error_lines(observations, asked)
+        if can_lookup and (not confirmed or undiscriminated) and len(lookups) < self._per_tool:
+            lines = self._error_lines(observations, asked) + self._state_identifiers(observations, asked)
             # Messages that only repeat, with other numbers, what was asked already wait until no
             # differential lookup is left to make.
             asked_shape = re.sub(r"\d+", "#", asked)
@@ -582,7 +587,7 @@ class OfflinePlanner:
             # (While none of its seen signals discriminates, an alternative whose card is not in
             # view yet may share every one of them.)
             for pair in targets:
-                if not (not confirmed or incomplete or undiscriminated) or len(lookups) + sum(1 for c in calls if c.name == "lookup_knowledge") >= MAX_CALLS_PER_TOOL or not lookup_room():
+                if not (not confirmed or incomplete or undiscriminated) or len(lookups) + sum(1 for c in calls if c.name == "lookup_knowledge") >= self._per_tool or not lookup_room():
                     break
                 args_dx: dict[str, Any] = {"query": _label(pair.partition("/")[0], pair.partition("/")[2], False), "top_k": LOOKUP_TOP_K}
                 key = json.dumps(["lookup_knowledge", args_dx], sort_keys=True)
@@ -669,10 +674,10 @@ class OfflinePlanner:
         culprit_kinds = {(s.tool, s.kind) for c in ranked if c.seen > 0 for s in c.unobservable if s.culprit and self._asks(s, offered) and s.tool not in blocked}
         for weight, tool, args in sorted(planned, key=lambda p: -p[0]):
             sig = json.dumps([tool, args], sort_keys=True)
-            if sig in done or used.get(tool, 0) >= MAX_CALLS_PER_TOOL or total >= MAX_TOOL_CALLS - (0 if weight >= 5_000.0 else reserve):
+            if sig in done or used.get(tool, 0) >= self._per_tool or total >= self._max_calls - (0 if weight >= 5_000.0 else reserve):
                 continue
             kept = {k for t, k in culprit_kinds if t == tool} - {args.get("kind")}
-            if kept and used.get(tool, 0) >= MAX_CALLS_PER_TOOL - 1 and (tool, args.get("kind")) not in culprit_kinds:
+            if kept and used.get(tool, 0) >= self._per_tool - 1 and (tool, args.get("kind")) not in culprit_kinds:
                 continue
             done.add(sig)
             used[tool] = used.get(tool, 0) + 1
@@ -695,6 +700,24 @@ class OfflinePlanner:
                 if ref.get("raw_path") != "$.no_evidence" and not ref.get("instruction_like"):
                     out |= names_component(str(ref.get("text", "")))
         return frozenset(out)
+
+    def _state_identifiers(self, observations: list[Observation], asked: str = "") -> list[str]:
+        """What the knowledge base's identifier index recognises in the state the inspectors
+        showed (a session `idle in transaction`, a setting's name), outside untrusted spans and not
+        asked about yet: a lookup of the evidence names the state as well as the errors."""
+        found: list[str] = []
+        asked_n = norm(asked)
+        for o in observations:
+            if not o.tool.startswith("inspect_") or not o.ready or o.kind in LOG_KINDS.get(o.tool, set()):
+                continue
+            for ref in o.refs:
+                if ref.get("raw_path") == "$.no_evidence" or ref.get("instruction_like"):
+                    continue
+                text = outside_spans(str(ref.get("text", "")), ref_spans(ref))
+                for ident in self.kb.identifiers_in(text):
+                    if ident not in found and ident not in asked_n:
+                        found.append(ident)
+        return found[:3]
 
     @staticmethod
     def _error_lines(observations: list[Observation], asked: str = "") -> list[str]:
