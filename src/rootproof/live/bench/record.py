@@ -49,8 +49,15 @@ from rootproof.scenarios._schema import GroundTruthModel, line_time
 from rootproof.scenarios.loader import load_scenario, validate_scenario
 from rootproof.scenarios.types import format_timestamp
 from rootproof.scenarios.yamlio import parse_yaml
-from rootproof.targets import LogsTarget, LokiTarget, PostgresTarget, PrometheusTarget, RedisTarget, load_targets, secret_of
-from rootproof.tools.base import TOOLS, InspectPostgresArgs, InspectRedisArgs, ToolBackend, parse_since
+from rootproof.targets import (
+    LokiTarget,
+    PostgresTarget,
+    PrometheusTarget,
+    RedisTarget,
+    load_targets,
+    secret_of,
+)
+from rootproof.tools.base import TOOLS, ToolBackend, parse_since
 from rootproof.tools.refs import NO_EVIDENCE_PATH, ref_items
 from rootproof.tools.results import ROW_KINDS
 
@@ -78,7 +85,18 @@ MAX_LIMITS = 50
 LIMIT_CHARS = 500
 VOLATILE: dict[str, frozenset[str]] = {
     "query_metrics": frozenset({"*"}),
-    "inspect_postgres": frozenset({"activity", "locks", "database_stats", "replication", "top_queries", "wait_events", "load_by_user", "load_by_host"}),
+    "inspect_postgres": frozenset(
+        {
+            "activity",
+            "locks",
+            "database_stats",
+            "replication",
+            "top_queries",
+            "wait_events",
+            "load_by_user",
+            "load_by_host",
+        }
+    ),
     "inspect_redis": frozenset({"info", "clients"}),
     "inspect_nginx": frozenset({"status"}),
 }
@@ -100,7 +118,9 @@ _LINE_KINDS = {
     ("inspect_nginx", "error_log"): "nginx.error_log",
     ("inspect_nginx", "access_log"): "nginx.access_log",
 }
-_SLOWLOG = re.compile(r"^id=(\d+) timestamp=(\d+) duration_us=(\d+) command=(.*) client_addr=(\S*) client_name=(\S*)$", re.S)
+_SLOWLOG = re.compile(
+    r"^id=(\d+) timestamp=(\d+) duration_us=(\d+) command=(.*) client_addr=(\S*) client_name=(\S*)$", re.S
+)
 _MIN_SECRET = 4
 """Shorter secrets are not replaced (a one-letter password would garble every word)."""
 
@@ -118,7 +138,9 @@ def _dump(data: Any, name: str) -> str:
     """YAML text for plain data, checked to read back as the same data with the scenario reader."""
     text = yaml.dump(data, Dumper=_Dumper, allow_unicode=True, sort_keys=False, width=1 << 20)
     if parse_yaml(text, name).data != data:
-        raise LiveEnvironmentError("record", f"{name}: the YAML written does not read back as the data recorded")
+        raise LiveEnvironmentError(
+            "record", f"{name}: the YAML written does not read back as the data recorded"
+        )
     return text
 
 
@@ -147,7 +169,9 @@ def _recorded_calls(calls: Iterable[Call]) -> list[tuple[str, BaseModel]]:
 def _longest(calls: Sequence[tuple[str, BaseModel]], tool: str, kind: str | None) -> str:
     """The longest `since` the calls asked of `tool` (and `kind`), at least `BROAD_SINCE`."""
     sinces = [BROAD_SINCE] + [
-        str(getattr(a, "since")) for t, a in calls if t == tool and (kind is None or getattr(a, "kind", None) == kind)
+        str(getattr(a, "since", BROAD_SINCE))
+        for t, a in calls
+        if t == tool and (kind is None or getattr(a, "kind", None) == kind)
     ]
     return max(sinces, key=parse_since)
 
@@ -244,7 +268,14 @@ def _slowlog_item(text: str) -> str | dict[str, Any]:
     if m is None:
         return text
     ident, stamp, micros, command, addr, name = m.groups()
-    item: dict[str, Any] = {"id": int(ident), "timestamp": int(stamp), "duration_us": int(micros), "command": command, "client_addr": addr, "client_name": name}
+    item: dict[str, Any] = {
+        "id": int(ident),
+        "timestamp": int(stamp),
+        "duration_us": int(micros),
+        "command": command,
+        "client_addr": addr,
+        "client_name": name,
+    }
     rebuilt = " ".join(f"{k}={v}" for k, v in item.items())
     return item if rebuilt == text else text
 
@@ -256,7 +287,16 @@ def _logs(reader: _Reader, calls: Sequence[tuple[str, BaseModel]]) -> list[dict[
         return None
     out = []
     for e in reader.clean(entries):
-        out.append({"ts": e["ts"], "service": e["service"], "level": e["level"], "scope": e["scope"], "source": e["source"], "message": e["message"]})
+        out.append(
+            {
+                "ts": e["ts"],
+                "service": e["service"],
+                "level": e["level"],
+                "scope": e["scope"],
+                "source": e["source"],
+                "message": e["message"],
+            }
+        )
     return out
 
 
@@ -265,21 +305,32 @@ def _metrics(reader: _Reader, calls: Sequence[tuple[str, BaseModel]]) -> list[di
         return None
     series: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, Any]] = {}
     asked = [a for t, a in calls if t == "query_metrics"]
-    for args in sorted(asked, key=lambda a: parse_since(str(getattr(a, "since"))), reverse=True):
+    for args in sorted(asked, key=lambda a: parse_since(str(getattr(a, "since", BROAD_SINCE))), reverse=True):
         result = reader.call("query_metrics", args.model_dump(exclude_none=True))
         if result is None:
             continue
         if result.get("total_matches"):
-            reader.limits.append(f"query_metrics {_args_text(args.model_dump(exclude_none=True))}: {result['total_matches']} series matched, {len(result.get('series') or [])} recorded")
+            reader.limits.append(
+                f"query_metrics {_args_text(args.model_dump(exclude_none=True))}: {result['total_matches']} series matched, {len(result.get('series') or [])} recorded"
+            )
         for s in reader.clean(result.get("series") or []):
             key = (s["metric"], tuple(sorted(s["labels"].items())))
-            kept = series.setdefault(key, {"metric": s["metric"], "labels": dict(s["labels"]), "unit": s["unit"], "points": {}})
+            kept = series.setdefault(
+                key, {"metric": s["metric"], "labels": dict(s["labels"]), "unit": s["unit"], "points": {}}
+            )
             for ts, value in s["points"]:
                 kept["points"][ts] = value
     out = []
     for s in series.values():
         points = sorted(s["points"].items())
-        out.append({"metric": s["metric"], "labels": s["labels"], "unit": s["unit"], "points": [[t, v] for t, v in points]})
+        out.append(
+            {
+                "metric": s["metric"],
+                "labels": s["labels"],
+                "unit": s["unit"],
+                "points": [[t, v] for t, v in points],
+            }
+        )
     return out
 
 
@@ -307,7 +358,11 @@ def _inspector(reader: _Reader, tool: str, calls: Sequence[tuple[str, BaseModel]
             result = reader.call(tool, {"kind": kind})
             if result is None:
                 continue
-            field = {"info": "info", "config": "config" if tool == "inspect_nginx" else "settings", "status": "status"}.get(kind, "settings")
+            field = {
+                "info": "info",
+                "config": "config" if tool == "inspect_nginx" else "settings",
+                "status": "status",
+            }.get(kind, "settings")
             value = reader.clean(result.get(field))
             if value is None:
                 continue
@@ -402,14 +457,18 @@ def replay_matches(
         if not exact_volatile and _volatile(tool, arguments):
             found, shown = NO_EVIDENCE_PATH not in want, NO_EVIDENCE_PATH not in got
             if found != shown:
-                diffs.append(f"{head}: live {'found evidence' if found else 'found none'}, the snapshot {'did' if shown else 'did not'}")
+                diffs.append(
+                    f"{head}: live {'found evidence' if found else 'found none'}, the snapshot {'did' if shown else 'did not'}"
+                )
             elif tool == "query_metrics" and (names := _series_names(want)) != (other := _series_names(got)):
                 diffs.append(f"{head}: series live {names[:5]} != snapshot {other[:5]}")
             continue
         if list(want) != list(got):
             missing = [p for p in want if p not in got][:5]
             extra = [p for p in got if p not in want][:5]
-            diffs.append(f"{head}: {len(want)} refs live, {len(got)} from the snapshot (live only: {missing}; snapshot only: {extra})")
+            diffs.append(
+                f"{head}: {len(want)} refs live, {len(got)} from the snapshot (live only: {missing}; snapshot only: {extra})"
+            )
             continue
         for path, text in want.items():
             if path != NO_EVIDENCE_PATH and text != got[path]:
@@ -461,8 +520,12 @@ def record_scenario(
     `LiveEnvironmentError("record", …)` when the targets cannot be read, the folder exists, or
     what was written does not validate (nothing is left behind then)."""
     if now.tzinfo is None:
-        raise LiveEnvironmentError("record", f"the run's clock must be timezone-aware (got {now.isoformat()})")
+        raise LiveEnvironmentError(
+            "record", f"the run's clock must be timezone-aware (got {now.isoformat()})"
+        )
     now = now.astimezone(UTC)
+    # as `now` is written (milliseconds): the live backends read at the very clock the snapshot has
+    now = now.replace(microsecond=now.microsecond // 1000 * 1000)
     folder = out_dir / scenario_id
     if folder.exists():
         raise LiveEnvironmentError("record", f"{folder} exists already: record into a new scenario id")
@@ -481,7 +544,9 @@ def record_scenario(
     reader = _Reader(registry, now, _secrets(targets.targets))
     several = [s for s in ("postgres", "redis", "nginx", "metrics") if len(registry.targets(s)) > 1]
     for system in several:
-        reader.limits.append(f"{system}: several targets; only {registry.targets(system)[0]} is recorded (a snapshot holds one per system)")
+        reader.limits.append(
+            f"{system}: several targets; only {registry.targets(system)[0]} is recorded (a snapshot holds one per system)"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{scenario_id}.", dir=out_dir))
     try:
@@ -494,7 +559,9 @@ def record_scenario(
             if (section := _inspector(reader, tool, recorded)) is not None:
                 responses[_SYSTEM_OF_TOOL[tool]] = section
         live_answers = [
-            live_refs(tool, result) if (result := reader.call(tool, args.model_dump(exclude_none=True))) is not None else None
+            live_refs(tool, result)
+            if (result := reader.call(tool, args.model_dump(exclude_none=True))) is not None
+            else None
             for tool, args in recorded
         ]
         scenario = {
@@ -509,10 +576,14 @@ def record_scenario(
         draft = staging / scenario_id
         (draft / "snapshot").mkdir(parents=True)
         (draft / "scenario.yaml").write_text(_dump(scenario, "scenario.yaml"), encoding="utf-8")
-        (draft / "snapshot" / "tool_responses.yaml").write_text(_dump(responses, "tool_responses.yaml"), encoding="utf-8")
+        (draft / "snapshot" / "tool_responses.yaml").write_text(
+            _dump(responses, "tool_responses.yaml"), encoding="utf-8"
+        )
         (draft / "ground_truth.yaml").write_text(_dump(ground_truth, "ground_truth.yaml"), encoding="utf-8")
         try:
-            differences = replay_matches(draft, [(t, a.model_dump(exclude_none=True)) for t, a in recorded], live_answers)
+            differences = replay_matches(
+                draft, [(t, a.model_dump(exclude_none=True)) for t, a in recorded], live_answers
+            )
         except ScenarioError as exc:
             raise LiveEnvironmentError("record", f"the recorded snapshot does not load: {exc}") from None
         provenance = {
@@ -528,17 +599,23 @@ def record_scenario(
                 "recorded_at": format_timestamp(recorded_at),
                 **_live_facts(live),
                 "targets": [{"name": t.name, "kind": t.kind} for t in targets.targets],
-                "calls": [{"tool": t, "arguments": reader.clean(a.model_dump(exclude_none=True))} for t, a in recorded],
-                "limits": _clip([*reader.limits, *(f"parity with live at recording: {d}" for d in differences)]),
+                "calls": [
+                    {"tool": t, "arguments": reader.clean(a.model_dump(exclude_none=True))}
+                    for t, a in recorded
+                ],
+                "limits": _clip(
+                    [*reader.limits, *(f"parity with live at recording: {d}" for d in differences)]
+                ),
             },
         }
         (draft / "provenance.yaml").write_text(_dump(provenance, "provenance.yaml"), encoding="utf-8")
         problems = validate_scenario(draft)
         if problems:
-            raise LiveEnvironmentError("record", "the recorded scenario does not validate: " + "; ".join(problems[:5]))
+            raise LiveEnvironmentError(
+                "record", "the recorded scenario does not validate: " + "; ".join(problems[:5])
+            )
         os.replace(draft, folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         registry.close()
     return folder
-
