@@ -222,6 +222,7 @@ RowData = Annotated[dict[Any, Any], AfterValidator(_row)]
 TextMapping = Annotated[dict[Any, Any], AfterValidator(_text_mapping)]
 ScalarMapping = Annotated[dict[Any, Any], AfterValidator(_scalar_mapping)]
 InfoMapping = Annotated[dict[Any, Any], AfterValidator(_info)]
+PlainMapping = Annotated[dict[Any, Any], AfterValidator(lambda v: _plain(v, ""))]
 
 
 class _Model(BaseModel):
@@ -376,12 +377,34 @@ class GroundTruthModel(_Model):
     recovery: _RecoveryModel = Field(default_factory=_RecoveryModel)
 
 
+class _RecordedTargetModel(_Model):
+    name: Text
+    kind: Text
+
+
+class _RecordedCallModel(_Model):
+    tool: ToolName
+    arguments: PlainMapping = Field(default_factory=dict)
+
+
+class _RecordingModel(_Model):
+    """How a `recorded_live_run` scenario was recorded (`rootproof.live.bench.record`)."""
+
+    recorded_at: Timestamp
+    live_run: StrictStr | None = None
+    diagnosis_run: StrictStr | None = None
+    targets: list[_RecordedTargetModel] = Field(default_factory=list)
+    calls: list[_RecordedCallModel] = Field(default_factory=list)
+    limits: list[StrictStr] = Field(default_factory=list)
+
+
 class ProvenanceModel(_Model):
     source: Literal["handwritten", "derived_from_public_incident", "recorded_live_run"]
     formats: StrictStr | None = None
     references: list[StrictStr] = Field(default_factory=list)
     validated: StrictBool | None = None
     notes: StrictStr | None = None
+    recording: _RecordingModel | None = None
 
 
 # ---------------------------------------------------------------------------------------------
