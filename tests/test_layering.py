@@ -57,14 +57,6 @@ def test_only_live_backend_modules_import_psycopg_or_redis() -> None:
         if rel.startswith("backends/live/") or rel in RIG:
             continue  # the live backends; the order service (an app); the benchmark's rig
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = (
-                [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else []
-            )
-            offenders += [
-                f"{rel}: {n}" for n in names if n.split(".")[0] in ("psycopg", "psycopg_pool", "redis")
-            ]
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{rel}: {n}" for n in names if n.split(".")[0] in ("psycopg", "psycopg_pool", "redis")]
     assert offenders == []

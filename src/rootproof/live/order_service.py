@@ -119,9 +119,7 @@ class FaultsIn(BaseModel):
 class _JsonLines(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, UTC)
-            .isoformat(timespec="milliseconds")
-            .replace("+00:00", "Z"),
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "level": record.levelname,
             "service": SERVICE,
             "message": record.getMessage(),
@@ -222,11 +220,7 @@ class OrderService:
 
     def _on_checkout(self, dbapi_conn: Any, record: Any, proxy: Any) -> None:
         with self.state.lock:
-            self.state.checkouts[id(record)] = _Checkout(
-                since=time.monotonic(),
-                route=_route.get(),
-                connection=f"{type(dbapi_conn).__module__}.{type(dbapi_conn).__name__}@{id(dbapi_conn):x}",
-            )
+            self.state.checkouts[id(record)] = _Checkout(since=time.monotonic(), route=_route.get(), connection=f"{type(dbapi_conn).__module__}.{type(dbapi_conn).__name__}@{id(dbapi_conn):x}")
 
     def _on_checkin(self, dbapi_conn: Any, record: Any) -> None:
         with self.state.lock:
@@ -237,9 +231,7 @@ class OrderService:
         while not self._stop.wait(1.0):
             now = time.monotonic()
             with self.state.lock:
-                due = [
-                    c for c in self.state.checkouts.values() if not c.reported and now - c.since > threshold
-                ]
+                due = [c for c in self.state.checkouts.values() if not c.reported and now - c.since > threshold]
                 for c in due:
                     c.reported = True
                 out = len(self.state.checkouts)
@@ -247,13 +239,7 @@ class OrderService:
                 self.log.warning(
                     f"Connection leak detection triggered for {c.connection}, checked out by {c.route} {now - c.since:.1f} s ago "
                     f"(leak detection threshold {threshold:g} s); it has not been returned to the pool",
-                    extra={
-                        "fields": {
-                            "route": c.route,
-                            "pool_size": self.config.pool_size,
-                            "pool_checked_out": out,
-                        }
-                    },
+                    extra={"fields": {"route": c.route, "pool_size": self.config.pool_size, "pool_checked_out": out}},
                 )
 
     def pool_status(self) -> dict[str, Any]:
@@ -278,37 +264,22 @@ class OrderService:
 
     def _place(self, conn: sa.Connection, order: OrderIn) -> dict[str, Any]:
         row = conn.execute(
-            sa.text(
-                "UPDATE inventory SET stock = stock - :qty, updated_at = now() WHERE sku = :sku AND stock >= :qty RETURNING price_cents"
-            ),
+            sa.text("UPDATE inventory SET stock = stock - :qty, updated_at = now() WHERE sku = :sku AND stock >= :qty RETURNING price_cents"),
             {"sku": order.sku, "qty": order.qty},
         ).first()
         if row is None:
-            exists = conn.execute(
-                sa.text("SELECT 1 FROM inventory WHERE sku = :sku"), {"sku": order.sku}
-            ).first()
-            raise _OrderError(
-                409 if exists else 404,
-                f"{order.sku}: out of stock" if exists else f"{order.sku}: unknown SKU",
-            )
+            exists = conn.execute(sa.text("SELECT 1 FROM inventory WHERE sku = :sku"), {"sku": order.sku}).first()
+            raise _OrderError(409 if exists else 404, f"{order.sku}: out of stock" if exists else f"{order.sku}: unknown SKU")
         total = int(row.price_cents) * order.qty
         order_id = conn.execute(
             sa.text("INSERT INTO orders (customer, total_cents) VALUES (:customer, :total) RETURNING id"),
             {"customer": order.customer, "total": total},
         ).scalar_one()
         conn.execute(
-            sa.text(
-                "INSERT INTO order_items (order_id, sku, qty, price_cents) VALUES (:id, :sku, :qty, :price)"
-            ),
+            sa.text("INSERT INTO order_items (order_id, sku, qty, price_cents) VALUES (:id, :sku, :qty, :price)"),
             {"id": order_id, "sku": order.sku, "qty": order.qty, "price": int(row.price_cents)},
         )
-        return {
-            "id": int(order_id),
-            "sku": order.sku,
-            "qty": order.qty,
-            "total_cents": total,
-            "status": "confirmed",
-        }
+        return {"id": int(order_id), "sku": order.sku, "qty": order.qty, "total_cents": total, "status": "confirmed"}
 
     def create_order(self, order: OrderIn) -> dict[str, Any]:
         """Take the stock and insert the order in one transaction; cache it."""
@@ -328,9 +299,7 @@ class OrderService:
         try:
             with conn.begin():
                 placed = self._place(conn, order)
-            conn.execute(
-                sa.text("SELECT id, status, created_at FROM orders WHERE id = :id"), {"id": placed["id"]}
-            )
+            conn.execute(sa.text("SELECT id, status, created_at FROM orders WHERE id = :id"), {"id": placed["id"]})
         except BaseException:
             conn.close()
             raise
@@ -354,13 +323,7 @@ class OrderService:
             ).first()
         if row is None:
             raise _OrderError(404, f"order {order_id} not found")
-        found = {
-            "id": int(row.id),
-            "sku": row.sku,
-            "qty": int(row.qty),
-            "total_cents": int(row.total_cents),
-            "status": row.status,
-        }
+        found = {"id": int(row.id), "sku": row.sku, "qty": int(row.qty), "total_cents": int(row.total_cents), "status": row.status}
         self._cache_set(found)
         return found
 
@@ -429,9 +392,7 @@ class OrderService:
         else:
             text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         error = f"{type(exc).__module__}.{type(exc).__name__}"
-        self.log.error(
-            f"{what} failed: {text}", exc_info=exc, extra={"fields": {"route": _route.get(), "error": error}}
-        )
+        self.log.error(f"{what} failed: {text}", exc_info=exc, extra={"fields": {"route": _route.get(), "error": error}})
         return JSONResponse({"error": text[:500]}, status_code=503)
 
     def public_app(self) -> FastAPI:
@@ -468,9 +429,7 @@ class OrderService:
 
         return app
 
-    async def _observe(
-        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
+    async def _observe(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         route = request.url.path
         if route.startswith("/orders/"):
             route = "/orders/{id}"
@@ -489,18 +448,10 @@ class OrderService:
                     self.state.requests[(request.method, route, status)] += 1
                     self.state.duration_sum[(request.method, route)] += seconds
                     self.state.duration_count[(request.method, route)] += 1
-                fields: dict[str, Any] = {
-                    "method": request.method,
-                    "route": route,
-                    "status": status,
-                    "duration_ms": round(seconds * 1000, 1),
-                }
+                fields: dict[str, Any] = {"method": request.method, "route": route, "status": status, "duration_ms": round(seconds * 1000, 1)}
                 if request.headers.get("x-request-id"):
                     fields["request_id"] = request.headers["x-request-id"]
-                self.log.info(
-                    f"{request.method} {request.url.path} {status} {seconds * 1000:.1f} ms",
-                    extra={"fields": fields},
-                )
+                self.log.info(f"{request.method} {request.url.path} {status} {seconds * 1000:.1f} ms", extra={"fields": fields})
 
     def metrics_text(self) -> str:
         """The Prometheus text exposition of the service's counters and pool gauges."""
@@ -511,15 +462,11 @@ class OrderService:
             timeouts, cache_errors = self.state.pool_timeouts, self.state.cache_errors
         lines = ["# TYPE order_service_http_requests_total counter"]
         for (method, route, status), n in sorted(requests.items()):
-            lines.append(
-                f'order_service_http_requests_total{{method="{method}",route="{route}",status="{status}"}} {n}'
-            )
+            lines.append(f'order_service_http_requests_total{{method="{method}",route="{route}",status="{status}"}} {n}')
         lines.append("# TYPE order_service_http_request_duration_seconds summary")
         for (method, route), n in sorted(counts.items()):
             labels = f'method="{method}",route="{route}"'
-            lines.append(
-                f"order_service_http_request_duration_seconds_sum{{{labels}}} {sums[(method, route)]:.6f}"
-            )
+            lines.append(f"order_service_http_request_duration_seconds_sum{{{labels}}} {sums[(method, route)]:.6f}")
             lines.append(f"order_service_http_request_duration_seconds_count{{{labels}}} {n}")
         for name, value, kind in (
             ("order_service_db_pool_size", pool["size"], "gauge"),
@@ -573,11 +520,7 @@ class OrderService:
     def faults(self) -> dict[str, Any]:
         """The switches and what the leak holds."""
         with self.state.lock:
-            return {
-                "leak": self.state.leak,
-                "delay_s": self.state.delay_s,
-                "leaked_connections": len(self.state.leaked),
-            }
+            return {"leak": self.state.leak, "delay_s": self.state.delay_s, "leaked_connections": len(self.state.leaked)}
 
     def start(self) -> None:
         """Start the leak detector."""
@@ -607,17 +550,7 @@ class _Server(uvicorn.Server):
 async def _serve(service: OrderService) -> None:
     cfg = service.config
     servers = [
-        _Server(
-            uvicorn.Config(
-                app,
-                host=cfg.host,
-                port=port,
-                log_config=None,
-                access_log=False,
-                lifespan="off",
-                timeout_graceful_shutdown=2,
-            )
-        )
+        _Server(uvicorn.Config(app, host=cfg.host, port=port, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=2))
         for app, port in ((service.public_app(), cfg.port), (service.admin_app(), cfg.admin_port))
     ]
     loop = asyncio.get_running_loop()
@@ -635,24 +568,13 @@ async def _serve(service: OrderService) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the service until SIGTERM/SIGINT; exit 3 when a port could not be bound."""
-    parser = argparse.ArgumentParser(
-        prog="python -m rootproof.live.order_service", description="The live environment's order service."
-    )
+    parser = argparse.ArgumentParser(prog="python -m rootproof.live.order_service", description="The live environment's order service.")
     parser.add_argument("--config", type=Path, required=True, help="config.json (ServiceConfig)")
     ns = parser.parse_args(argv)
     config = ServiceConfig.model_validate_json(ns.config.read_text(encoding="utf-8"))
     service = OrderService(config)
     service.start()
-    service.log.info(
-        "order service starting",
-        extra={
-            "fields": {
-                "port": config.port,
-                "pool_size": config.pool_size,
-                "pool_timeout_s": config.pool_timeout_s,
-            }
-        },
-    )
+    service.log.info("order service starting", extra={"fields": {"port": config.port, "pool_size": config.pool_size, "pool_timeout_s": config.pool_timeout_s}})
     try:
         asyncio.run(_serve(service))
     except SystemExit as exc:

@@ -22,9 +22,7 @@ class Check:
         return asdict(self)
 
 
-def hold(
-    check: Callable[[], Check], *, seconds: float, interval_s: float = 1.0, name: str | None = None
-) -> Check:
+def hold(check: Callable[[], Check], *, seconds: float, interval_s: float = 1.0, name: str | None = None) -> Check:
     """Run `check` every `interval_s` for `seconds`; ok only when every run held (the first
     failure is returned at once, with how long the check had held until then)."""
     t0 = time.monotonic()
@@ -34,15 +32,7 @@ def hold(
         last = check()
         runs += 1
         if not last.ok:
-            return Check(
-                name=name or last.name,
-                ok=False,
-                detail=f"failed after {time.monotonic() - t0:.1f} s ({runs} checks): {last.detail}",
-            )
+            return Check(name=name or last.name, ok=False, detail=f"failed after {time.monotonic() - t0:.1f} s ({runs} checks): {last.detail}")
         if time.monotonic() - t0 >= seconds:
-            return Check(
-                name=name or last.name,
-                ok=True,
-                detail=f"held {time.monotonic() - t0:.1f} s ({runs} checks): {last.detail}",
-            )
+            return Check(name=name or last.name, ok=True, detail=f"held {time.monotonic() - t0:.1f} s ({runs} checks): {last.detail}")
         time.sleep(interval_s)
