@@ -13,7 +13,10 @@ one process (uvicorn):
 
 Its database access goes through a real bounded SQLAlchemy `QueuePool` (`pool_size`, no
 overflow, `pool_timeout_s`) to the run's PostgreSQL as `orders_app` (application_name
-`order-service`, a statement timeout); its cache is redis-py without retries. It logs one JSON
+`order-service`, a statement timeout); its cache is redis-py without retries: the request path
+opens a connection per cache call and closes it after (so when Redis refuses new clients every
+cache call fails, is logged and swallowed), the health check's `PING` keeps one long-lived
+connection (client name `order-service`). It logs one JSON
 object per line to `log_file` (`ts`, `level`, `service`, `message`, then fields: `method`,
 `route`, `status`, `duration_ms`, `request_id`, `error`, `exception`), the way such apps log:
 a failed checkout is `QueuePool limit of size 5 overflow 0 reached, connection timed out,
@@ -199,16 +202,17 @@ class OrderService:
         )
         event.listen(self.engine, "checkout", self._on_checkout)
         event.listen(self.engine, "checkin", self._on_checkin)
-        self.cache = redis.Redis.from_url(
-            config.redis_url,
-            socket_timeout=1.0,
-            socket_connect_timeout=1.0,
-            retry=Retry(NoBackoff(), 0),
-            retry_on_error=[],
-            client_name=SERVICE,
-            driver_info=None,
-            decode_responses=True,
-        )
+        self._cache_options: dict[str, Any] = {
+            "socket_timeout": 1.0,
+            "socket_connect_timeout": 1.0,
+            "retry": Retry(NoBackoff(), 0),
+            "retry_on_error": [],
+            "client_name": SERVICE,
+            "driver_info": None,
+            "decode_responses": True,
+        }
+        self.cache = redis.Redis.from_url(config.redis_url, **self._cache_options)
+        """The long-lived client of the health check's PING (one pooled connection, kept open)."""
         self._stop = threading.Event()
         self._detector = threading.Thread(target=self._detect_leaks, name="leak-detection", daemon=True)
 
@@ -323,9 +327,21 @@ class OrderService:
         self._cache_set(found)
         return found
 
+    @contextlib.contextmanager
+    def _request_cache(self) -> Iterator[redis.Redis]:
+        """A cache client of its own for one cache call, closed after it: the request path
+        connects per call (as apps without a shared client do), so a Redis that refuses new
+        clients fails every cache call at once."""
+        client = redis.Redis.from_url(self.config.redis_url, **self._cache_options)
+        try:
+            yield client
+        finally:
+            client.close()
+
     def _cache_get(self, order_id: int) -> dict[str, Any] | None:
         try:
-            raw = self.cache.get(f"order:{order_id}")
+            with self._request_cache() as cache:
+                raw = cache.get(f"order:{order_id}")
         except redis.RedisError as exc:
             self._cache_failed("GET", exc)
             return None
@@ -333,7 +349,8 @@ class OrderService:
 
     def _cache_set(self, order: dict[str, Any]) -> None:
         try:
-            self.cache.set(f"order:{order['id']}", json.dumps(order), ex=self.config.cache_ttl_s)
+            with self._request_cache() as cache:
+                cache.set(f"order:{order['id']}", json.dumps(order), ex=self.config.cache_ttl_s)
         except redis.RedisError as exc:
             self._cache_failed("SET", exc)
 
