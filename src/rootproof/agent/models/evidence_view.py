@@ -67,6 +67,8 @@ class Observation:
     data_source: str = ""
     refs: list[dict[str, Any]] = field(default_factory=list)
     omitted: int = 0
+    total_matches: int | None = None
+    """Matches in all (a paged tool's `total_matches`), when the observation gives it."""
     code: str | None = None
     step: int = 0
     window: dict[str, str] | None = None
@@ -117,6 +119,7 @@ def observations_from(messages: list[Message]) -> list[Observation]:
                     data_source=str(obs.get("data_source", "")),
                     refs=list(obs.get("refs", [])),
                     omitted=int(obs.get("omitted", 0) or 0),
+                    total_matches=obs["total_matches"] if isinstance(obs.get("total_matches"), int) else None,
                     code=obs.get("code"),
                     step=st,
                     window=obs.get("window") if isinstance(obs.get("window"), dict) else None,

@@ -513,6 +513,18 @@ class OfflinePlanner:
         wider = _since_alert_start(_alert(question), observations)
         if wider is not None:
             second.append(("alert-window", wider))
+        # Logs too many for the first look's page (a busy service's access lines): the warnings
+        # and errors of the same window, which the newest lines pushed out of it.
+        second += [
+            ("warnings", {**o.args, "level": "WARN"})
+            for o in observations
+            if o.tool == "query_logs"
+            and o.step == 0
+            and o.ready
+            and (o.total_matches or 0) > int(o.args.get("limit") or 50)
+            and not o.args.get("level")
+            and not o.args.get("query")
+        ]
         for label, args_log in second:
             key = json.dumps(["query_logs", args_log], sort_keys=True)
             if key not in done and "query_logs" not in blocked:
@@ -702,18 +714,23 @@ class OfflinePlanner:
         return frozenset(out)
 
     def _state_identifiers(self, observations: list[Observation], asked: str = "") -> list[str]:
-        """What the knowledge base's identifier index recognises in the state the inspectors
-        showed (a session `idle in transaction`, a setting's name), outside untrusted spans and not
-        asked about yet: a lookup of the evidence names the state as well as the errors."""
+        """What the knowledge base's identifier index recognises in the values of the rows the
+        inspectors showed (a session `idle in transaction`), outside untrusted spans and not asked
+        about yet: a lookup of the evidence names the state as well as the errors."""
         found: list[str] = []
         asked_n = norm(asked)
         for o in observations:
             if not o.tool.startswith("inspect_") or not o.ready or o.kind in LOG_KINDS.get(o.tool, set()):
                 continue
             for ref in o.refs:
-                if ref.get("raw_path") == "$.no_evidence" or ref.get("instruction_like"):
+                if not str(ref.get("raw_path", "")).startswith("$.rows[") or ref.get("instruction_like"):
                     continue
-                text = outside_spans(str(ref.get("text", "")), ref_spans(ref))
+                # A row's values (a session's state, a client's flags), never its column names: those
+                # name a metric or a view in every result, healthy or not.
+                row = row_of(o.tool, outside_spans(str(ref.get("text", "")), ref_spans(ref)))
+                if not row:
+                    continue
+                text = " | ".join(str(v) for v in row.values() if isinstance(v, str) and v)
                 for ident in self.kb.identifiers_in(text):
                     if ident not in found and ident not in asked_n:
                         found.append(ident)
