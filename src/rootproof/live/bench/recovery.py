@@ -160,7 +160,9 @@ class RecoveryExecutor:
         blocker = facts.get("blocker_pid")
         named = evidence_pids(evidence)
         wanted = [int(p) for p in re.findall(r"\d+", target)]
-        ok = blocker is not None and blocker in named and all(p == blocker for p in wanted)
+        # The target names the blocker among what it names (a culprit such as "pid 41 blocks
+        # pid 42" names the waiter too); the cited evidence must name it as the blocker.
+        ok = blocker is not None and blocker in named and (not wanted or blocker in wanted)
         checks = [
             Check(
                 name="evidence_names_blocker",
