@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, cast
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 if TYPE_CHECKING:
-    from rootproof.live.bench.recovery import Approval
     from rootproof.live.bench.runner import LiveCaseResult
 
 __all__ = ["live_command"]
@@ -113,7 +112,7 @@ def live_command(
         suite = run_live(
             [s.name for s in chosen],
             settings=settings,
-            approval=cast("Approval", approve),  # checked against APPROVALS above
+            approval=approve,  # narrowed to an Approval by the APPROVALS check above
             record_dir=record,
             progress=advance,
             on_case=case_done,
