@@ -1,14 +1,15 @@
 """The live benchmark runner (`rootproof eval live`) on real processes.
 
-The five faults are built elsewhere (`rootproof.live.bench.faults`); these tests define a small
-real fault of their own, registered under a test name: the order service's delay switch above
-nginx's `proxy_read_timeout` (real 504s and real `upstream timed out` lines), confirmed by the
-business probe, cleaned by resetting the switches, verified by nginx's config and master pid
-being unchanged (the `proposal_only` contract: nothing may change).
+The five faults are built elsewhere (`rootproof.live.bench.faults`); these tests use a small
+real fault of their own (tests/live/_bench_fault.py), registered under a test name: the order
+service's delay switch above nginx's `proxy_read_timeout` (real 504s and real `upstream timed
+out` lines), confirmed by the business probe, cleaned by resetting the switches, verified by
+nginx's config and master pid being unchanged (the `proposal_only` contract: nothing changes).
 
 - one scenario through every phase via the Python API, with a live run of another owner beside
   it (the audit finds it untouched), the diagnosis a real `rootproof diagnose` subprocess with
   the offline model, the eval run and its case persisted;
+- SIGTERM during the diagnosis: the run is cleaned up and audited, the eval run `cancelled`;
 - `eval live --scenario <unknown>`: exit 2, one line naming it and the known names;
 - a preflight broken on purpose (a binary override pointing nowhere: `LiveConfig.binaries`) is
   `infra_invalid`, not a failed case.
@@ -16,19 +17,17 @@ being unchanged (the `proposal_only` contract: nothing may change).
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import time
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from rootproof.live import LiveConfig, list_runs
-from rootproof.live.bench.checks import Check
-from rootproof.live.bench.faults import FAULTS, Fault
-from rootproof.live.bench.recovery import RecoveryExecutor, RecoveryRecord
+from rootproof.live.bench.faults import FAULTS
 from rootproof.live.bench.runner import LIVE_DIMENSIONS, PHASES, LiveTiming, run_live
 from rootproof.live.bench.scenarios import SCENARIOS
 from rootproof.live.layout import COMPONENTS, RunPaths, read_pidfiles
@@ -36,104 +35,16 @@ from rootproof.live.procs import is_running
 from rootproof.settings import load_settings
 from rootproof.store.sql import SqlTraceStore
 
-from .support import cli, fresh_root, need_binaries, owner, read_until, reap, remove_root
+from ._bench_fault import TEST_NAME, NginxTimeoutFault, executor, scenario
+from .support import ROOT, cli, fresh_root, need_binaries, owner, read_until, reap, remove_root
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
-
-TEST_NAME = "test-nginx-timeout"
-
-
-class NginxTimeoutFault(Fault):
-    """The order service answers after 7 s; nginx gives up after 5 s (504)."""
-
-    name = TEST_NAME
-    delay_s = 7.0
-
-    def _sha(self) -> str:
-        return hashlib.sha256(self.env.paths.nginx_conf.read_bytes()).hexdigest()
-
-    def inject(self) -> None:
-        self.facts["nginx_conf_sha256"] = self._sha()
-        self.facts["nginx_pid"] = self.env.pids()["nginx"]
-        self.env.order_admin().set_faults(delay_s=self.delay_s)
-        self.facts["delay_s"] = self.delay_s
-
-    def confirm(self, *, timeout_s: float = 30.0) -> Check:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            r = self.env.probe(timeout_s=10)
-            if not r.ok and r.status == 504:
-                return Check(name="probe_504", ok=True, detail=f"{r.step} 504 after {r.latency_ms:.0f} ms")
-            if time.monotonic() > deadline:
-                return Check(name="probe_504", ok=False, detail=f"{r.step} {r.status}")
-            time.sleep(0.5)
-
-    def verify(self) -> list[Check]:
-        sha, pid = self._sha(), self.env.pids().get("nginx")
-        return [
-            Check(
-                name="nginx_config_unchanged",
-                ok=sha == self.facts["nginx_conf_sha256"],
-                detail=f"sha256 {sha[:12]}",
-            ),
-            Check(name="nginx_master_unchanged", ok=pid == self.facts["nginx_pid"], detail=f"pid {pid}"),
-        ]
-
-    def cleanup(self) -> list[Check]:
-        state = self.env.order_admin().reset()
-        return [
-            Check(
-                name="switches_reset",
-                ok=not state.get("leak") and not state.get("delay_s"),
-                detail=str(state),
-            )
-        ]
-
-    def residue(self) -> list[str]:
-        state = self.env.order_admin().faults()
-        return (
-            []
-            if not state["leak"] and not state["delay_s"] and not state["leaked_connections"]
-            else [f"order service switches still set: {state}"]
-        )
-
-
-class NoneApprovalExecutor(RecoveryExecutor):
-    """Stand-in while `RecoveryExecutor.run` is the contract's stub: what `--approve none`
-    does (nothing runs; each proposal recorded)."""
-
-    def run(
-        self, proposals: list[dict[str, Any]], report: dict[str, Any] | None, evidence_text: str
-    ) -> list[RecoveryRecord]:
-        assert self.approval == "none", "the stand-in only knows approval none"
-        return [
-            RecoveryRecord(
-                action=str(p.get("action")),
-                target=str(p.get("target") or ""),
-                whitelisted=False,
-                approved=False,
-                approval="none",
-                result="approval none: recorded only",
-            )
-            for p in proposals
-        ]
-
-
-def _executor() -> type[RecoveryExecutor] | None:
-    """None (the real executor) once it is implemented, else the stand-in."""
-    try:
-        RecoveryExecutor(None, approval="none", executable=()).run([], None, "")  # type: ignore[arg-type]
-    except NotImplementedError:
-        return NoneApprovalExecutor
-    return None
 
 
 @pytest.fixture
 def registered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(FAULTS, TEST_NAME, NginxTimeoutFault)
-    monkeypatch.setitem(
-        SCENARIOS, TEST_NAME, dataclasses.replace(SCENARIOS["nginx-upstream-timeout"], name=TEST_NAME)
-    )
+    monkeypatch.setitem(SCENARIOS, TEST_NAME, scenario())
 
 
 @pytest.fixture
@@ -154,7 +65,7 @@ def test_one_scenario_runs_every_phase_scores_audits_and_persists(root: Path, re
         settings = load_settings(data_dir=root / "home", live_root=root, model="offline")
         timing = LiveTiming(baseline_hold_s=2, observe_wait_s=2, verify_hold_s=3)
         suite = run_live(
-            [TEST_NAME], settings=settings, config=LiveConfig(root=root), timing=timing, executor=_executor()
+            [TEST_NAME], settings=settings, config=LiveConfig(root=root), timing=timing, executor=executor()
         )
         (case,) = suite.cases
         assert case.infra_invalid is None, case.infra_invalid
@@ -206,6 +117,36 @@ def test_one_scenario_runs_every_phase_scores_audits_and_persists(root: Path, re
         assert store.trace(str(case.run_id)) is not None  # the diagnosis landed in the evaluation's store
     finally:
         reap(other)
+
+
+def test_sigterm_during_the_diagnosis_cleans_up_and_records_the_eval_cancelled(root: Path) -> None:
+    need_binaries(COMPONENTS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")} | {
+        "PYTHONPATH": os.pathsep.join(sys.path)
+    }
+    script = str(ROOT / "tests" / "live" / "_bench_fault.py")
+    p = subprocess.Popen(
+        [sys.executable, script, str(root), str(root / "home")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        read_until(p, "DIAGNOSE")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 128 + signal.SIGTERM, p.stderr.read() if p.stderr else ""
+    finally:
+        reap(p)
+    assert list_runs(root) == []  # stopped and removed, folder and all
+    store = SqlTraceStore(f"sqlite:///{root / 'home' / 'rootproof.db'}")
+    (run,) = store.list_eval_runs(5)
+    stored = store.get_eval_run(run["eval_id"])
+    assert stored is not None and stored["state"] == "cancelled" and stored["kind"] == "live"
+    kept = stored["summary"]["cases"][f"live-{TEST_NAME}"]
+    assert kept["cancelled"] and kept["phases"]["diagnose"]["ok"] is False
+    assert kept["phases"]["cleanup"]["ok"] and kept["phases"]["audit"]["ok"], kept["phases"]
+    assert stored["cases"][0]["failure_class"] == "cancelled" and stored["cases"][0]["hard_gates"] == []
 
 
 def test_unknown_scenario_is_one_line_and_exit_2(root: Path) -> None:

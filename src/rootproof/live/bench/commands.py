@@ -140,8 +140,9 @@ def live_command(
         html_file.parent.mkdir(parents=True, exist_ok=True)
         html_file.write_text(render_html(suite), encoding="utf-8")
         err.print(f"wrote {html_file}")
-    for c in suite.cases:
-        print(terminal_safe(case_line(c)), file=out)
+    if not to_stdout:  # with the JSON on stdout, stderr already has each case's line
+        for c in suite.cases:
+            print(terminal_safe(case_line(c)), file=out)
     s = data["summary"]
     print(
         terminal_safe(

@@ -691,7 +691,13 @@ class _Run:
     def _cleanup(self) -> None:
         with contextlib.suppress(_PhaseFailed), self.phase("cleanup") as p:
             problems: list[str] = []
-            if self.fault is not None:
+            if self.fault is not None and self._stopped_by_signal():
+                # The environment's signal handler stopped every recorded process (the fault's
+                # holders too) and removed the folder: nothing live is left to clean or ask; the
+                # audit below still checks processes and listeners.
+                self.case.audit["fault_residue"] = []
+                p.detail = "the environment was stopped by the signal handler"
+            elif self.fault is not None:
                 try:
                     checks = self.fault.cleanup()
                     self.case.checks["cleanup"] = checks
@@ -712,9 +718,18 @@ class _Run:
             except Exception as exc:
                 problems.append(f"env stop raised {type(exc).__name__}: {exc}")
             self.cleanup_failed = problems
-            p.detail = "; ".join(problems) or "clean"
+            p.detail = "; ".join(problems) or p.detail or "clean"
             if problems:
                 raise _PhaseFailed(p.detail)
+
+    def _stopped_by_signal(self) -> bool:
+        """Interrupted, and the environment's own handler already stopped it (its folder is gone)."""
+        if self.interrupted is None:
+            return False
+        try:
+            return not self.env.paths.folder.exists()
+        except Exception:  # never preflighted
+            return True
 
     def _audit(self, others: dict[str, dict[str, tuple[int, int]]]) -> None:
         from rootproof.live import procs
