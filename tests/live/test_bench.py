@@ -28,6 +28,7 @@ import pytest
 
 from rootproof.live import LiveConfig, list_runs
 from rootproof.live.bench.faults import FAULTS
+from rootproof.live.bench.report import render_html, report_json
 from rootproof.live.bench.runner import LIVE_DIMENSIONS, PHASES, LiveTiming, run_live
 from rootproof.live.bench.scenarios import SCENARIOS
 from rootproof.live.layout import COMPONENTS, RunPaths, read_pidfiles
@@ -115,6 +116,10 @@ def test_one_scenario_runs_every_phase_scores_audits_and_persists(root: Path, re
         )
         assert kept["recovery"]["actions"] == [r.as_dict() for r in case.recovery]
         assert store.trace(str(case.run_id)) is not None  # the diagnosis landed in the evaluation's store
+        doc = report_json(suite)
+        assert doc["kind"] == "live" and doc["scenarios"][0]["phases"].keys() == set(PHASES)
+        assert {"scenarios", "mean_score", "pass_rate", "infra_invalid", "residue"} <= doc["summary"].keys()
+        assert f'id="live-{TEST_NAME}"' in render_html(suite)
     finally:
         reap(other)
 
