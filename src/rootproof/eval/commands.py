@@ -17,6 +17,7 @@ def register(eval_app: typer.Typer) -> None:
     """Add the evaluation commands to `eval_app`."""
     _register_snapshot(eval_app)
     _register_adversarial(eval_app)
+    _register_live(eval_app)
 
     @eval_app.command("guard")
     def guard(
@@ -290,3 +291,14 @@ def _register_adversarial(eval_app: typer.Typer) -> None:
     from rootproof.cli import guarded
 
     eval_app.command("adversarial")(guarded(_adversarial))
+
+
+# -- live benchmark: `eval live` ------------------------------------------------------------------
+
+
+def _register_live(eval_app: typer.Typer) -> None:
+    """Add `live` (the live benchmark: real faults in private environments)."""
+    from rootproof.cli import guarded
+    from rootproof.live.bench.commands import live_command
+
+    eval_app.command("live")(guarded(live_command))
