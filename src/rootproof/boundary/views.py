@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rootproof.backends.query import parse_query
 from rootproof.boundary.store import CanonicalInvocation, InvocationStatus
 from rootproof.run.records import InvocationRecord
 from rootproof.tools.refs import canonical_json
@@ -62,7 +63,7 @@ def model_observation(inv: CanonicalInvocation, budget_bytes: int) -> dict[str, 
     # Reserve room for the `omitted`/`hint` fields so the whole observation stays within budget.
     size = len(canonical_json(obs).encode()) + len(OMIT_HINT) + 40
     omitted = 0
-    for ref in inv.evidence_refs:
+    for ref in _shown_first(inv):
         item = ref.as_dict()
         cost = len(canonical_json(item).encode()) + 1
         if size + cost > budget_bytes:
@@ -74,6 +75,20 @@ def model_observation(inv: CanonicalInvocation, budget_bytes: int) -> dict[str, 
         obs["omitted"] = omitted
         obs["hint"] = OMIT_HINT
     return obs
+
+
+def _shown_first(inv: CanonicalInvocation) -> list[Any]:
+    """The refs in the order the agent reads them: result order, except for a config returned whole
+    (its line numbers are its refs, so the backend never filters it): there the lines the query
+    names come first, so a long file's matching lines are read rather than omitted."""
+    refs = list(inv.evidence_refs)
+    query = inv.arguments.get("query") if isinstance(inv.arguments, dict) else None
+    if not query or not isinstance(query, str) or not inv.result or inv.result.get("kind") != "config":
+        return refs
+    q = parse_query(query)
+    if q.empty:
+        return refs
+    return sorted(refs, key=lambda r: q.score(r.text) == 0)
 
 
 def audit_record(inv: CanonicalInvocation, observation: dict[str, Any]) -> InvocationRecord:

@@ -67,6 +67,8 @@ MIN_RECORDS = 2
 MAX_CALLS_PER_TOOL = 4
 MAX_TOOL_CALLS = 12
 MAX_PHRASES = 8
+STATE_VALUE_MAX = 40
+"""Longest row value read as a state (`idle in transaction`) when looking up what the inspectors showed."""
 EXCERPT_MAX = 280
 BROAD = {
     "query_logs": {},
@@ -569,7 +571,11 @@ class OfflinePlanner:
             and any(p.partition("/")[0] in named - {best.component} for p in best.distinguishes_from)
         )
         repeat_query = ""
-        if can_lookup and (not confirmed or undiscriminated) and len(lookups) < self._per_tool:
+        # Once per run the evidence is looked up even when a hypothesis is confirmed already: what
+        # confirmed it may be a symptom (a gateway's timeouts) of what the errors and the state
+        # seen name (the upstream's lock waits), whose knowledge is not in view yet.
+        first_evidence_lookup = not any(o.step > 0 for o in lookups)
+        if can_lookup and (not confirmed or undiscriminated or first_evidence_lookup) and len(lookups) < self._per_tool:
             lines = self._error_lines(observations, asked) + self._state_identifiers(observations, asked)
             # Messages that only repeat, with other numbers, what was asked already wait until no
             # differential lookup is left to make.
@@ -730,7 +736,9 @@ class OfflinePlanner:
                 row = row_of(o.tool, outside_spans(str(ref.get("text", "")), ref_spans(ref)))
                 if not row:
                     continue
-                text = " | ".join(str(v) for v in row.values() if isinstance(v, str) and v)
+                # Short values only: a state (`idle in transaction`, `Lock`), not free text such as
+                # a session's last statement, which names whatever views a client happens to read.
+                text = " | ".join(v for v in row.values() if isinstance(v, str) and 0 < len(v) <= STATE_VALUE_MAX)
                 for ident in self.kb.identifiers_in(text):
                     if ident not in found and ident not in asked_n:
                         found.append(ident)
@@ -745,6 +753,10 @@ class OfflinePlanner:
         sev = (("FATAL", 0), ("PANIC", 0), ("ERROR", 1), ("[error]", 1), ("[crit]", 0), ("[emerg]", 0), ("[alert]", 0), ("WARN", 2), ("[warn]", 2))
         for o in observations:
             if o.tool == "lookup_knowledge" or not o.ready:
+                continue
+            # Messages only: a state table's row (a session whose last statement was ROLLBACK) is
+            # no error line; what the knowledge base knows of rows is `_state_identifiers`'.
+            if o.tool.startswith("inspect_") and o.kind not in LOG_KINDS.get(o.tool, set()):
                 continue
             for ref in o.refs:
                 if ref.get("raw_path") == "$.no_evidence" or ref.get("instruction_like"):
@@ -877,7 +889,8 @@ class OfflinePlanner:
                 text = f"{elabel} 是 {label} 的结果：“{ex}”" if zh else f"{elabel} is a consequence of {label}: \"{ex}\""
                 cits = [cite(h, signal_strings(sg)) for sg, hs in eff_hits[:4] for h in hs[:2]]
                 cid = add_claim(text, "finding", cits[:8])
-                hypotheses.append({"statement": f"{elabel} ({'由 ' + label + ' 引起' if zh else 'explained by ' + label})", "component": eff.component, "mechanism": eff.mechanism, "status": "open", "claim_ids": [cid]})
+                # As a root cause it is ruled out: what it shows is a consequence of the root cause.
+                hypotheses.append({"statement": f"{elabel} ({'由 ' + label + ' 引起，不是根因' if zh else 'explained by ' + label + ', not the root cause'})", "component": eff.component, "mechanism": eff.mechanism, "status": "ruled_out", "claim_ids": [cid]})
             # An alternative with a discriminating signal seen is not ruled out: it stays open.
             alternatives = [c for c in ranked[1:] if c.key not in written_co and (c.seen + MARGIN <= best.seen or c.against) and c not in effects and not any(s.discriminating for s, _ in c.hits)]
             # The alternatives its cards name are answered first.

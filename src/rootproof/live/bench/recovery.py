@@ -252,10 +252,17 @@ class RecoveryExecutor:
 
     def _restart(self, target: str, evidence: str) -> tuple[list[Check], Callable[[], tuple[bool, str]]]:
         env = self.fault.env
-        named = not target or bool(re.search(r"order[-_ ]?service", target))
+        # The service to restart is the one the target or the cited evidence names (the target
+        # is often the culprit: a database user, a session).
+        service = re.compile(r"order[-_ ]?service")
+        named = bool(service.search(target) or service.search(evidence))
         pool = env.order_admin().pool()
         checks = [
-            Check(name="target_is_order_service", ok=named, detail=f"target {target or '-'}"),
+            Check(
+                name="target_is_order_service",
+                ok=named,
+                detail=f"target {target or '-'}; the cited evidence {'names' if service.search(evidence) else 'does not name'} order-service",
+            ),
             Check(
                 name="pool_exhausted",
                 ok=int(pool["checked_out"]) >= int(pool["size"]),
