@@ -515,15 +515,16 @@ class OfflinePlanner:
         wider = _since_alert_start(_alert(question), observations)
         if wider is not None:
             second.append(("alert-window", wider))
-        # Logs too many for the first look's page (a busy service's access lines): the warnings
-        # and errors of the same window, which the newest lines pushed out of it.
+        # A busy log (more than half a page of lines in the window, most of them not shown: a
+        # service's access lines): the warnings and errors of the same window, which the newest
+        # lines pushed out of view.
         second += [
             ("warnings", {**o.args, "level": "WARN"})
             for o in observations
             if o.tool == "query_logs"
             and o.step == 0
             and o.ready
-            and (o.total_matches or 0) > int(o.args.get("limit") or 50)
+            and (o.total_matches or 0) > max(int(o.args.get("limit") or 50) // 2, 2 * len(o.refs))
             and not o.args.get("level")
             and not o.args.get("query")
         ]
@@ -581,7 +582,10 @@ class OfflinePlanner:
             # differential lookup is left to make.
             asked_shape = re.sub(r"\d+", "#", asked)
             repeat = [ln for ln in lines if re.sub(r"\d+", "#", ln) not in asked_shape] == []
-            if lines and not repeat and lookup_room():
+            # The first lookup of the evidence outranks the leader's pending checks: while the errors
+            # seen are not looked up, the leader may be a hypothesis they would displace.
+            room = total + 1 < self._max_calls if first_evidence_lookup else lookup_room()
+            if lines and not repeat and room:
                 calls.append(ToolCall(id=f"s{step}-k", name="lookup_knowledge", arguments={"query": " ".join(lines)[:1000], "top_k": LOOKUP_TOP_K}))
             elif lines:
                 repeat_query = " ".join(lines)[:1000]
@@ -888,7 +892,9 @@ class OfflinePlanner:
                 ex = _excerpt(hits[0].text, anchors)
                 text = f"{elabel} 是 {label} 的结果：“{ex}”" if zh else f"{elabel} is a consequence of {label}: \"{ex}\""
                 cits = [cite(h, signal_strings(sg)) for sg, hs in eff_hits[:4] for h in hs[:2]]
-                cid = add_claim(text, "finding", cits[:8])
+                # … and what shows the cause behind it: the root cause's discriminating evidence.
+                cause = [cite(h, signal_strings(sg)) for sg, hs in ordered if sg.discriminating for h in hs[:1]][:2]
+                cid = add_claim(text, "finding", cits[:6] + cause)
                 # As a root cause it is ruled out: what it shows is a consequence of the root cause.
                 hypotheses.append({"statement": f"{elabel} ({'由 ' + label + ' 引起，不是根因' if zh else 'explained by ' + label + ', not the root cause'})", "component": eff.component, "mechanism": eff.mechanism, "status": "ruled_out", "claim_ids": [cid]})
             # An alternative with a discriminating signal seen is not ruled out: it stays open.

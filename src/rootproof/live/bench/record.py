@@ -511,12 +511,14 @@ def record_scenario(
     allowed_tools: list[str],
     ground_truth: dict[str, Any],
     live: dict[str, Any],
+    budget: dict[str, int] | None = None,
 ) -> Path:
     """Freeze what the live systems show at `now` into `out_dir/<scenario_id>/`; returns the folder.
 
     `calls`: the diagnosis run's tool calls (name, arguments) from its trace; `live`: `run_id`
     (the live environment's run) and `diagnosis_run_id` (the rootproof run), kept in the
-    provenance. `ground_truth` is validated as `ground_truth.yaml`. Raises
+    provenance; `budget`: the run's `{tool_calls, calls_per_tool}`, kept as the scenario's.
+    `ground_truth` is validated as `ground_truth.yaml`. Raises
     `LiveEnvironmentError("record", …)` when the targets cannot be read, the folder exists, or
     what was written does not validate (nothing is left behind then)."""
     if now.tzinfo is None:
@@ -573,6 +575,8 @@ def record_scenario(
             "allowed_tools": list(allowed_tools),
             "tags": ["recorded-live-run"],
         }
+        if budget:
+            scenario["budget"] = dict(budget)  # the live run's, so the replay may spend as much
         draft = staging / scenario_id
         (draft / "snapshot").mkdir(parents=True)
         (draft / "scenario.yaml").write_text(_dump(scenario, "scenario.yaml"), encoding="utf-8")

@@ -924,6 +924,7 @@ def _diagnose(
             "ROOTPROOF_DATA_DIR": str(settings.data_dir),
             "ROOTPROOF_DATABASE_URL": store.url,
             "ROOTPROOF_MAX_TOOL_CALLS": str(sc.tool_call_budget),
+            "ROOTPROOF_MAX_CALLS_PER_TOOL": str(sc.calls_per_tool),
             "PYTHONPATH": os.pathsep.join(
                 p for p in (str(AUDIT_DIR), src, os.environ.get("PYTHONPATH", "")) if p
             ),
@@ -1043,6 +1044,7 @@ def _record(run: _Run) -> str:
                 "scenario": sc.name,
                 "facts": run.case.facts,
             },
+            budget={"tool_calls": sc.tool_call_budget, "calls_per_tool": sc.calls_per_tool},
         )
     except Exception as exc:
         return f"not recorded: {type(exc).__name__}: {exc}"

@@ -92,8 +92,12 @@ class LiveScenario:
     """What a user would ask: the symptom, never the cause."""
     language: Literal["en", "zh"] = "en"
     allowed_tools: tuple[str, ...] = LIVE_TOOLS
-    tool_call_budget: int = 20
-    """Executed tool calls of the diagnosis (`ROOTPROOF_MAX_TOOL_CALLS`)."""
+    tool_call_budget: int = 24
+    """Executed tool calls of the diagnosis (`ROOTPROOF_MAX_TOOL_CALLS`): five live systems, each
+    with several kinds to inspect and metric names that differ by exporter."""
+    calls_per_tool: int = 6
+    """Executed calls of any one tool (`ROOTPROOF_MAX_CALLS_PER_TOOL`): five live systems, each
+    with several kinds to inspect, need more than the default four of one tool."""
     component: str
     mechanism: str
     culprit: str
@@ -341,7 +345,7 @@ _ORDER_POOL_LEAK = LiveScenario(
         ),
     ),
     alternatives=(
-        ("postgresql", "row_lock_contention", ("db-idle",)),
+        ("postgresql", "row_lock_contention", ("db-idle", "leak-warning")),
         ("connection_pool", "connection_exhaustion", ("leak-warning",)),
     ),
     contract=Contract(
