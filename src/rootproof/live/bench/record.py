@@ -566,7 +566,7 @@ def record_scenario(
             else None
             for tool, args in recorded
         ]
-        scenario = {
+        scenario: dict[str, Any] = {
             "id": scenario_id,
             "title": title,
             "language": language,
