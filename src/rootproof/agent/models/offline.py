@@ -923,6 +923,11 @@ class OfflinePlanner:
                 declared = by_key.get(alt_key) or self._declared(alt_key, observations)
                 if unchecked and declared is not None and any(sg.discriminating for sg, _ in declared.near_misses) and not declared.hits:
                     unchecked = []
+                # … or the root cause, confirmed on a signal that tells it apart, explains it (a
+                # deadlock is lock waits that PostgreSQL resolved): as a root cause it is answered
+                # by that evidence, whatever of its own was not looked at.
+                if unchecked and alt_key in best.explains and any(sg.discriminating for sg, _ in best.hits):
+                    unchecked = []
                 if unchecked:
                     untested.append(alt_key)
                     hypotheses.append({"statement": alt, "component": comp, "mechanism": mech, "status": "open", "claim_ids": []})
