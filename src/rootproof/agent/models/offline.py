@@ -502,6 +502,13 @@ class OfflinePlanner:
             if o.code is None or o.ready:
                 used[o.tool] = used.get(o.tool, 0) + 1
         blocked = {o.tool for o in observations if o.code in _STOP_CODES}
+        # A tool whose backend failed twice is down for this run (a Redis refusing every client):
+        # asking it again only adds failed calls.
+        failures: dict[str, int] = {}
+        for o in observations:
+            if o.status in ("FAILED", "TIMED_OUT"):
+                failures[o.tool] = failures.get(o.tool, 0) + 1
+        blocked |= {t for t, n in failures.items() if n >= 2}
         total = sum(used.values())
         calls: list[ToolCall] = []
         done = {json.dumps([o.tool, o.args], sort_keys=True) for o in observations}
