@@ -77,8 +77,8 @@ def _mentioning(folder: Path) -> list[tuple[int, str]]:
 
 
 def _assert_nothing_left(root: Path, doc: dict[str, Any]) -> None:
-    """No run folder under the root; no process of any case's run, nothing on the runs' ports is
-    checked by the case's audit (asserted by the caller); here: nothing names the run folders."""
+    """No run folder left under the root and no process naming a case's run folder (command line
+    or working folder); the recorded processes and ports are the audit's (`_one_case_ok`)."""
     assert list(run_folders(root)) == [], [f.name for f in run_folders(root)]
     for case in doc["scenarios"]:
         folder = root / str(case["live_run_id"])
