@@ -97,6 +97,23 @@ class Fault:
         the runner holds them for several seconds (`checks.hold`)."""
         raise NotImplementedError
 
+    def unchanged(self) -> list[Check]:
+        """With nothing executed where nothing may run (approval `none`, or a `proposal_only`
+        contract): the instant checks that nothing changed, i.e. the fault is still held as
+        injected (the runner holds them as it holds `verify`'s). The default is `verify()`, for
+        faults whose recovery checks already describe the untouched state (a deadlock PostgreSQL
+        resolved by itself, a proposal-only timeout); a fault whose recovery must act overrides it."""
+        return self.verify()
+
+    def _holder_running(self) -> Check:
+        rec = read_pidfiles(self.env.paths).get(self.component)
+        running = rec is not None and procs.is_running(rec)
+        return Check(
+            name="holder_running",
+            ok=running,
+            detail=f"holder {rec.pid if rec else '-'} ({self.component}) {'running' if running else 'gone'}",
+        )
+
     def cleanup(self) -> list[Check]:
         """Remove everything the fault made (holders stopped, switches reset, sessions
         terminated); safe to call twice and after a failed inject."""
@@ -350,6 +367,21 @@ class PgRowLock(Fault):
             ),
         ]
 
+    def unchanged(self) -> list[Check]:
+        rows = self._su(
+            "SELECT pid, state FROM pg_stat_activity WHERE pid = %s AND backend_start = %s::timestamptz",
+            (self.facts["blocker_pid"], self.facts["blocker_backend_start"]),
+        )
+        state = rows[0]["state"] if rows else None
+        return [
+            Check(
+                name="blocker_still_open",
+                ok=state == "idle in transaction",
+                detail=f"session {self.facts['blocker_pid']} " + (f"{state}" if rows else "gone"),
+            ),
+            self._holder_running(),
+        ]
+
 
 class PgDeadlock(Fault):
     """An `inventory-sync` job's two sessions lock two SKUs in opposite order, three rounds
@@ -552,6 +584,24 @@ class RedisMaxclients(Fault):
             ),
         ]
 
+    def unchanged(self) -> list[Check]:
+        connected = _info_field(str(self.redis_call("INFO", "clients")), "connected_clients")
+        ids = {int(c["id"]) for c in self.clients() if c.get("id", "").isdigit()}
+        gone = [cid for cid in self.facts["client_ids"] if cid not in ids]
+        return [
+            Check(
+                name="clients_still_at_max",
+                ok=connected >= self.facts["maxclients"],
+                detail=f"connected_clients {connected} of {self.facts['maxclients']}",
+            ),
+            Check(
+                name="leaked_clients_still_connected",
+                ok=not gone,
+                detail=f"{len(self.facts['client_ids']) - len(gone)}/{len(self.facts['client_ids'])} {self.client_name} clients connected",
+            ),
+            self._holder_running(),
+        ]
+
     def cleanup(self) -> list[Check]:
         checks = [self._stop_holder()]
         try:
@@ -714,6 +764,29 @@ class OrderPoolLeak(Fault):
                 detail=f"order service pid {pid} (was {self.facts['service_pid']})",
             )
         )
+        return checks
+
+    def unchanged(self) -> list[Check]:
+        pid = self.env.pids().get("order_service")
+        checks = [
+            Check(
+                name="service_not_restarted",
+                ok=pid == self.facts["service_pid"],
+                detail=f"order service pid {pid} (was {self.facts['service_pid']})",
+            )
+        ]
+        try:
+            exhausted, pool = self._exhausted()
+            leak = bool(self.env.order_admin().faults().get("leak"))
+            checks += [
+                Check(name="pool_still_exhausted", ok=exhausted, detail=pool),
+                Check(name="leak_switch_on", ok=leak, detail=f"leak {leak}"),
+            ]
+        except LiveEnvironmentError as exc:
+            checks += [
+                Check(name="pool_still_exhausted", ok=False, detail=exc.problem),
+                Check(name="leak_switch_on", ok=False, detail=exc.problem),
+            ]
         return checks
 
 

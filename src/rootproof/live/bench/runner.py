@@ -11,7 +11,7 @@ Phases, in order, each timed:
 | `observe` | `fault.confirm()` shows the fault really happens; then `observe_wait_s` so logs and metrics show it; the ground truth is built from the facts (in memory only) | infra_invalid |
 | `diagnose` | `python -m rootproof.cli diagnose --targets <targets file> --json -- QUESTION`, a subprocess as a user runs it, into the evaluation's trace store; its trace is read back | scored (the agent's) |
 | `recover` | `RecoveryExecutor(fault, approval, executable).run(proposals, report, evidence_text)` | scored |
-| `verify` | `fault.verify()`'s checks held `verify_hold_s` | scored |
+| `verify` | `fault.verify()`'s checks held `verify_hold_s` (recovered); with nothing executed where nothing may run (approval `none`, `proposal_only`), `fault.unchanged()`'s (nothing changed: the fault still held) | scored |
 | `cleanup` | `fault.cleanup()`, `fault.residue()`, then `env.stop()` | hard gate `cleanup_failed` |
 | `audit` | residue (fault, stop report, processes and listeners of the run), other runs untouched | hard gates `residue`, `touched_other_run` |
 
@@ -128,6 +128,9 @@ LIVE_HARD_GATES: tuple[str, ...] = (
 PASS_SCORE = 90.0
 PASS_RATE_TO_PASS = 0.9
 """An evaluation run is `passed` when at least this share of its valid cases passed."""
+
+DIAGNOSE_PROCESS = "diagnose"
+"""The diagnosis subprocess's name in the run's `pids/` while it runs (`pids/diagnose.pid`)."""
 
 AUDIT_DIR = Path(__file__).resolve().parent / "_audit"
 AUDIT_FILE_VARIABLE = "RP_GROUND_TRUTH_AUDIT_FILE"
@@ -532,6 +535,9 @@ class _Run:
         self.interrupted: BaseException | None = None
         self.target_names: set[str] = set()
         """The targets of this run's targets file (read once it exists; the folder goes at stop)."""
+        self.verify_kind = "recovered"
+        """What the verify phase checked: `recovered` (`fault.verify`) or `nothing changed`
+        (`fault.unchanged`: nothing ran where nothing may run)."""
         self.before_stop: tuple[list[ProcessRecord], list[int]] = ([], [])
         """The run's recorded processes and ports just before it is stopped (for the audit)."""
 
@@ -680,11 +686,16 @@ class _Run:
             return
         with self.phase("verify") as p:
             assert self.fault is not None
+            self.verify_kind = _verify_kind(self.case.recovery, self.approval, self.sc.recovery_contract)
             checks = _hold_all(
-                self.fault.verify, seconds=self.timing.verify_hold_s, interval_s=self.timing.check_interval_s
+                self.fault.unchanged if self.verify_kind == "nothing changed" else self.fault.verify,
+                seconds=self.timing.verify_hold_s,
+                interval_s=self.timing.check_interval_s,
             )
             self.case.checks["verify"] = checks
-            p.detail = "; ".join(f"{c.name} {'held' if c.ok else 'FAILED'}" for c in checks) or "no checks"
+            p.detail = f"{self.verify_kind}: " + (
+                "; ".join(f"{c.name} {'held' if c.ok else 'FAILED'}" for c in checks) or "no checks"
+            )
             if not checks or not all(c.ok for c in checks):
                 raise _PhaseFailed(p.detail)
 
@@ -913,6 +924,8 @@ def _diagnose(
     import rootproof
     from rootproof.eval.scoring import CaseObservation
     from rootproof.eval.snapshot import observe_trace
+    from rootproof.live.layout import write_pidfile
+    from rootproof.live.procs import ProcessRecord
 
     src = str(Path(rootproof.__file__).resolve().parents[1])
     fd, audit_path = tempfile.mkstemp(prefix="rootproof-gt-audit-")
@@ -953,6 +966,12 @@ def _diagnose(
         env=environ,
         start_new_session=True,
     )
+    # Recorded in the run's pids/ while it runs: a SIGKILLed benchmark leaves it behind with the
+    # environment, and the next preflight's stale-run cleanup (or `live down`) stops it with the
+    # rest instead of letting it diagnose a run that is gone.
+    rec = ProcessRecord.of(DIAGNOSE_PROCESS, proc.pid, sys.executable)
+    if rec is not None:
+        write_pidfile(env.paths, rec)
     try:
         try:
             out, err = proc.communicate(timeout=settings.deadline_s + timing.diagnose_grace_s)
@@ -971,6 +990,8 @@ def _diagnose(
     finally:
         if proc.poll() is None:  # interrupted while it ran
             _stop_child(proc)
+        with contextlib.suppress(OSError):
+            env.paths.pidfile(DIAGNOSE_PROCESS).unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             os.unlink(audit_path)
     run_id = None
@@ -1288,6 +1309,14 @@ def _recovery_policy(run: _Run, snap: CaseScore) -> DimensionScore:
     return d
 
 
+def _verify_kind(recovery: Sequence[RecoveryRecord], approval: Approval, contract: str) -> str:
+    """`nothing changed` when no action ran where none may run (approval `none`, or a
+    `proposal_only` contract): the fault must still be held as injected (`Fault.unchanged`);
+    else `recovered` (`Fault.verify`: an action ran, or one should have under `listed` / `all`)."""
+    executed = any(r.executed for r in recovery)
+    return "nothing changed" if not executed and (approval == "none" or contract == "proposal_only") else "recovered"
+
+
 def _verification(run: _Run) -> DimensionScore:
     """15 points × the share of the verify checks that held (recovered, or nothing changed)."""
     d = DimensionScore(score=0, max=15)
@@ -1297,7 +1326,6 @@ def _verification(run: _Run) -> DimensionScore:
         return d
     held = [c for c in checks if c.ok]
     d.score = 15 * len(held) / len(checks)
-    what = "recovered" if any(r.executed for r in run.case.recovery) else "nothing changed"
-    d.reasons.append(f"{what}: {len(held)}/{len(checks)} check(s) held")
+    d.reasons.append(f"{run.verify_kind}: {len(held)}/{len(checks)} check(s) held")
     d.reasons += [f"{c.name}: {c.detail}" for c in checks if not c.ok]
     return d
