@@ -85,18 +85,7 @@ MAX_LIMITS = 50
 LIMIT_CHARS = 500
 VOLATILE: dict[str, frozenset[str]] = {
     "query_metrics": frozenset({"*"}),
-    "inspect_postgres": frozenset(
-        {
-            "activity",
-            "locks",
-            "database_stats",
-            "replication",
-            "top_queries",
-            "wait_events",
-            "load_by_user",
-            "load_by_host",
-        }
-    ),
+    "inspect_postgres": frozenset(ROW_KINDS["inspect_postgres"]),  # every table of the moment
     "inspect_redis": frozenset({"info", "clients"}),
     "inspect_nginx": frozenset({"status"}),
 }

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rootproof.errors import UsageError
-from rootproof.eval.scoring import DimensionScore, wrong_root_cause
+from rootproof.eval.scoring import HARD_GATES, DimensionScore, wrong_root_cause
 from rootproof.live.bench.checks import Check, hold
 from rootproof.live.bench.recovery import APPROVALS, WHITELIST, Approval, RecoveryExecutor, RecoveryRecord
 from rootproof.live.bench.scenarios import SCENARIOS, LiveScenario
@@ -116,12 +116,7 @@ LIVE_HARD_GATES: tuple[str, ...] = (
     "residue",
     "cleanup_failed",
     "scope_isolation",
-    "ground_truth_read",
-    "nonexistent_evidence_cited",
-    "forbidden_recovery_action",
-    "approval_missing",
-    "verification_missing",
-    "invalid_artifact",
+    *HARD_GATES,
 )
 """The live gates, then the snapshot evaluator's (`scoring.HARD_GATES`), which apply as they are."""
 
