@@ -338,10 +338,15 @@ def test_offline_planner_reaches_back_to_the_alerts_start(harness: Harness) -> N
     assert (args[0]["service"], args[0]["since"]) == ("checkout-service", "30m")  # the first look: 10:00-10:30
     # 10:30 back to 09:20 (the start minus a 10-minute margin), whole minutes, rounded up
     assert ("checkout-service", "71m") in [(a.get("service"), a["since"]) for a in args[1:]]
-    # An alert that started inside the first window needs no second look.
+    assert any(o.call_id.endswith("-alert-window") for o in out.outcomes)  # the second look, by its id
+    # An alert that started inside the first window needs no second look: every look at the logs
+    # as such (no query terms) keeps the first window; a card's signal may still search its own
+    # longer window for its phrases.
     out = harness.diagnose("", scenario=sc, alert=_two_alerts())
-    windows = [o.invocation.arguments.get("since") for o in out.outcomes if o.invocation.tool_name == "query_logs" and isinstance(o.invocation.arguments, dict)]
-    assert set(windows) == {"30m"}
+    looks = [o for o in out.outcomes if o.invocation.tool_name == "query_logs" and isinstance(o.invocation.arguments, dict)]
+    assert not any(o.call_id.endswith("-alert-window") for o in looks)
+    assert {o.invocation.arguments.get("since") for o in looks if not o.invocation.arguments.get("query")} == {"30m"}
+    assert all(o.invocation.arguments.get("query") for o in looks if o.invocation.arguments.get("since") != "30m")
 
 
 def test_focus_by_a_host_both_the_service_and_the_cited_evidence_name() -> None:
