@@ -348,8 +348,10 @@ def test_the_leak_signal_is_checked_before_the_pool_exhaustion_is_published(harn
     assert out.draft is not None
     assert _rc(out) == "connection_pool/pool_leak", (out.draft.root_cause, out.draft.limitations)
     assert out.release_outcome == "PUBLISHED", out.evidence and out.evidence.codes
-    statuses = {(h.component, h.mechanism): h.status for h in out.draft.hypotheses}
-    assert statuses.get(("connection_pool", "connection_exhaustion")) != "ruled_out"
+    # The exhausted pool is written as the leak's consequence: ruled out as a root cause, its
+    # statement saying what explains it.
+    effect = next(h for h in out.draft.hypotheses if (h.component, h.mechanism) == ("connection_pool", "connection_exhaustion"))
+    assert effect.status == "ruled_out" and "explained by connection pool pool leak" in effect.statement, effect
     invs = {o.invocation.invocation_id: o.invocation for o in out.outcomes}
     cited = [
         next(r.text for r in invs[c.invocation_id].evidence_refs if r.raw_path == c.raw_path)
