@@ -259,7 +259,7 @@ def test_every_mutant_of_the_suite_loads_and_the_built_in_files_stay_untouched(t
     before = _digest()
     cases = build_cases(seed=0)
     ids = {c.scenario_id for c in cases}
-    assert len(ids) == 23 and "payment-timeout" not in ids  # the scenario with an expected_outcome
+    assert len(ids) == 28 and "payment-timeout" not in ids  # the scenario with an expected_outcome
     assert len(cases) >= 500
     for n, case in enumerate(cases[::7]):
         folder = _write(case, tmp_path, n)
@@ -269,7 +269,8 @@ def test_every_mutant_of_the_suite_loads_and_the_built_in_files_stay_untouched(t
         text = (folder / RESPONSES).read_text(encoding="utf-8")
         assert not any(isinstance(ev, yaml.AliasEvent) for ev in yaml.parse(text))
         planted = case.mutation.planted[0].split("\n")[0]
-        assert planted[:40] in text or json.dumps(planted)[1:41] in text
+        # as written: plain, double-quoted (JSON escapes) or single-quoted (a quote doubled)
+        assert planted[:40] in text or json.dumps(planted)[1:41] in text or planted[:40].replace("'", "''") in text
     assert _digest() == before
 
 

@@ -582,7 +582,10 @@ class OfflinePlanner:
         # Once per run the evidence is looked up even when a hypothesis is confirmed already: what
         # confirmed it may be a symptom (a gateway's timeouts) of what the errors and the state
         # seen name (the upstream's lock waits), whose knowledge is not in view yet.
-        first_evidence_lookup = not any(o.step > 0 for o in lookups)
+        # (Only where more than one runtime tool found evidence: with one source, the errors seen
+        # are what confirmed the leader.)
+        sources = {o.tool for o in observations if o.tool != "lookup_knowledge" and o.ready and o.evidence_status == "EVIDENCE_FOUND"}
+        first_evidence_lookup = not any(o.step > 0 for o in lookups) and len(sources) >= 2
         if can_lookup and (not confirmed or undiscriminated or first_evidence_lookup) and len(lookups) < self._per_tool:
             lines = self._error_lines(observations, asked) + self._state_identifiers(observations, asked)
             # Messages that only repeat, with other numbers, what was asked already wait until no
