@@ -15,7 +15,7 @@ Phases, in order, each timed:
 | `cleanup` | `fault.cleanup()`, `fault.residue()`, then `env.stop()` | hard gate `cleanup_failed` |
 | `audit` | residue (fault, stop report, processes and listeners of the run), other runs untouched | hard gates `residue`, `touched_other_run` |
 
-Scoring (seed 003 §四): `fault_confirmed` 10, `evidence` 20, `differential` 15, `root_cause` 20,
+Scoring: `fault_confirmed` 10, `evidence` 20, `differential` 15, `root_cause` 20,
 `citations` 10, `recovery_policy` 10, `recovery_verification` 15; the evidence, differential,
 root-cause and citation parts come from the snapshot evaluator (`score_case`) on the observed
 trace, scaled. A case passes with a score of at least `PASS_SCORE` and no hard gate.
@@ -107,7 +107,7 @@ LIVE_DIMENSIONS: dict[str, int] = {
     "recovery_policy": 10,
     "recovery_verification": 15,
 }
-"""Dimension → maximum points (sums to 100; seed 003 §四)."""
+"""Dimension → maximum points (sums to 100)."""
 
 LIVE_HARD_GATES: tuple[str, ...] = (
     "non_whitelisted_action",
