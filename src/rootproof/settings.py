@@ -98,6 +98,30 @@ class Settings(BaseSettings):
     must be able to reach this folder (a data folder under `/root` is not reachable: set a
     folder such as `/var/tmp/rootproof-live`)."""
 
+    # The team service (`rootproof serve`, docs/service.md).
+    api_keys: SecretStr | None = None
+    """API keys and their roles, `key1:operator,key2:auditor` (roles: operator, auditor, admin);
+    sent as `Authorization: Bearer KEY`. Never stored or logged."""
+    api_keys_file: Path | None = None
+    """A file of hashed API keys, one `sha256:<hex>:<role>` per line (`rootproof serve hash-key`
+    prints one); read at start. Used with or instead of `api_keys`."""
+    redis_url: str | None = None
+    """Redis for replicas: the canonical store (with `canonical_ttl_s`) and cross-replica
+    cancellation (pub/sub plus a persisted flag). Default: none (in-process)."""
+    canonical_ttl_s: int = Field(default=86_400, ge=60, le=30 * 86_400)
+    """How long the Redis canonical store keeps a run's invocations, seconds."""
+    worker_concurrency: int = Field(default=4, ge=0, le=256)
+    """Jobs (webhook runs) one replica runs at once; 0: this replica takes no jobs."""
+    chat_concurrency: int = Field(default=32, ge=1, le=1024)
+    """Chat runs one replica runs at once; more wait for a slot (their stream stays open)."""
+    alert_dedup_window_s: int = Field(default=300, ge=0, le=86_400)
+    """An Alertmanager `groupKey` posted again within this many seconds answers with the
+    existing run (`duplicate: true`); 0 turns de-duplication off."""
+    stalled_job_timeout_s: float = Field(default=30.0, ge=2, le=3600)
+    """A job whose worker sent no heartbeat for this long is retried by another replica."""
+    sse_heartbeat_s: float = Field(default=15.0, gt=0, le=300)
+    """A comment line on an idle event stream every this many seconds."""
+
     # Input caps (rootproof.limits): a file or field above its cap is refused naming it and the
     # setting; the question and the alert a run keeps are shortened, saying so.
     max_scenario_file_bytes: int = Field(default=limits.SCENARIO_FILE_BYTES, ge=1024)
@@ -141,6 +165,12 @@ class Settings(BaseSettings):
         """Settings as a dict without secrets (for evaluation records)."""
         data = self.model_dump(mode="json")
         data.pop("openai_api_key", None)
+        data.pop("api_keys", None)
+        for key in ("redis_url",):
+            value = data.get(key)
+            if value and "@" in value:
+                scheme, _, rest = value.partition("://")
+                data[key] = f"{scheme}://***@{rest.split('@', 1)[1]}"
         url = data.get("database_url")
         if url and "@" in url:
             scheme, _, rest = url.partition("://")
