@@ -34,6 +34,7 @@ from rootproof.store import models as m
 
 TABLES = {
     "chat_session",
+    "alert_group",
     "diagnosis_run",
     "agent_step",
     "tool_invocation",
@@ -108,7 +109,7 @@ def test_migrations_apply_from_empty_and_match_models(store_url: str) -> None:
         assert set(sa.inspect(engine).get_table_names()) == TABLES | {m.VERSION_TABLE}
         with engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"version_table": m.VERSION_TABLE})
-            assert context.get_current_revision() == "0003"
+            assert context.get_current_revision() == "0004"
             diff = compare_metadata(context, m.Base.metadata)
         assert diff == []
     finally:

@@ -602,6 +602,45 @@ def models_check(as_json: JsonOpt = False) -> None:
         raise typer.Exit(code)
 
 
+@app.command()
+@guarded
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Address to bind (default loopback).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="Worker processes (uvicorn).")] = 1,
+    no_auth: Annotated[bool, typer.Option("--no-auth", help="Serve without API keys (loopback only; every request is admin).")] = False,
+) -> None:
+    """Run the team service: HTTP API with SSE, alert webhooks, traces (docs/service.md)."""
+    from rootproof.service.app import create_app, is_loopback
+
+    if no_auth and not is_loopback(host):
+        raise UsageError(f"--no-auth binds to loopback only; --host {host} is not a loopback address")
+    settings = load_settings()
+    create_app(settings, no_auth=no_auth)  # the keys, settings and targets are checked before binding
+    import uvicorn
+
+    status(f"rootproof serve on http://{host}:{port} ({workers} worker{'s' if workers > 1 else ''}{', no auth' if no_auth else ''})", "dim")
+    if workers > 1:
+        os.environ["ROOTPROOF_SERVE_NO_AUTH"] = "1" if no_auth else "0"
+        uvicorn.run("rootproof.service.app:app_from_environment", factory=True, host=host, port=port, workers=workers, log_level="warning")
+    else:
+        uvicorn.run(create_app(settings, no_auth=no_auth), host=host, port=port, log_level="warning")
+
+
+@app.command("hash-key")
+@guarded
+def hash_key_command(role: Annotated[str, typer.Argument(help="operator, auditor or admin.")]) -> None:
+    """Read an API key on stdin; print its ROOTPROOF_API_KEYS_FILE line (`sha256:<hex>:<role>`)."""
+    from rootproof.service.auth import ROLES, hash_key
+
+    if role not in ROLES:
+        raise UsageError(f"ROLE: unknown role {role!r} (expected one of {', '.join(ROLES)})")
+    key = sys.stdin.readline().strip()
+    if len(key) < 16:
+        raise UsageError("stdin: expected an API key of at least 16 characters")
+    print(f"{hash_key(key)}:{role}")
+
+
 def _mount_eval() -> None:
     from rootproof.eval.ir import ir_command
     from rootproof.eval.retrieval import retrieval_command

@@ -192,6 +192,8 @@ class Harness:
         cancellation: RunCancellation | None = None,
         language: str | None = None,
         on_model_step: Callable[[ModelStepInfo], None] | None = None,
+        run_id: str | None = None,
+        principal: str | None = None,
     ) -> RunOutcome:
         """Run one request to a safe end; never raises for run failures (they become fallbacks).
 
@@ -199,7 +201,9 @@ class Harness:
         alert in the alert's language; with a question too, the question leads and the alert
         is context. A malformed alert raises AlertError before the run starts. With `targets`
         the run reads the live backends of that targets file (built once per runtime), on the
-        wall clock, and records the file's checksum.
+        wall clock, and records the file's checksum. `run_id` is the run's id when the caller
+        gave it out before the run started (the service answers a webhook with it); `principal`
+        is who asked (the service's API key id; default `cli`).
         """
         limits = self.settings.input_limits()
         payload = as_payload(alert, limits=limits)
@@ -220,6 +224,10 @@ class Harness:
             language="zh" if lang == "zh" else "en",
             clock=scenario.now if scenario is not None else None,
         )
+        if run_id:
+            ctx.run_id = run_id
+        if principal:
+            ctx.principal = principal
         if cancellation is not None:
             ctx.cancellation = cancellation
         sink = self.sink
@@ -233,6 +241,7 @@ class Harness:
             language=ctx.language,
             model=agent_model.name,
             scenario_id=ctx.scope.scenario_id,
+            principal=ctx.principal,
             deadline_at=ctx.deadline,
             alert=payload.trace(limits.stored_related_alerts) if payload is not None else None,
             targets_checksum=targets.checksum if targets is not None else None,

@@ -206,7 +206,7 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     env_keys = {k[len(ENV_PREFIX):].lower() for k in os.environ if k.startswith(ENV_PREFIX)}
     init = {k: v for k, v in file_values.items() if k not in env_keys}
     init.update(overrides)
-    known_env = set(Settings.model_fields) | {"config", "home", "require_services", "test_pg_url", "test_mysql_url", "test_shared_data", "test_llm_url"}
+    known_env = set(Settings.model_fields) | {"config", "home", "require_services", "test_pg_url", "test_mysql_url", "test_shared_data", "test_llm_url", "serve_no_auth"}
     unknown = sorted(k for k in env_keys if k not in known_env)
     if unknown:
         raise ConfigError(f"{ENV_PREFIX}{unknown[0].upper()}: unknown setting")

@@ -29,6 +29,7 @@ from sqlalchemy.types import TypeEngine
 __all__ = [
     "AgentReasoningAudit",
     "AgentStep",
+    "AlertGroup",
     "Base",
     "BigIntPK",
     "ChatSession",
@@ -156,6 +157,24 @@ class DiagnosisRun(Base):
     deadline_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     duration_ms: Mapped[int | None] = mapped_column(sa.BigInteger)
+    executor: Mapped[str | None] = mapped_column(sa.String(128))
+    """The service replica and worker running the run (`host:pid`); not a `RunRecord` field, so
+    saving the record never overwrites it."""
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    """When a cancellation was asked for (any replica); the persisted half of cross-replica
+    cancellation (pub/sub delivers at most once)."""
+
+
+class AlertGroup(Base):
+    """An Alertmanager group being diagnosed: one run per `groupKey` within its window."""
+
+    __tablename__ = "alert_group"
+    __table_args__ = (TABLE_OPTIONS,)
+
+    group_key: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    """sha256 of the source and the payload's `groupKey` (never the raw key: it holds labels)."""
+    run_id: Mapped[str] = mapped_column(sa.String(64), nullable=False)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
 
 
 class AgentStep(Base):

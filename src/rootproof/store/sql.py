@@ -55,6 +55,7 @@ from rootproof.store.models import (
     VERSION_TABLE,
     AgentReasoningAudit,
     AgentStep,
+    AlertGroup,
     Base,
     ChatSession,
     DiagnosisRun,
@@ -518,6 +519,87 @@ class SqlTraceStore:
         )
         with self._session(f"read the events of run {run_id}") as s:
             return [_record(EventRecord, r) for r in s.scalars(stmt)]
+
+    # -- the service ---------------------------------------------------------------------------
+
+    def session_owner(self, session_id: str) -> str | None:
+        """Who opened a session (the principal of its first run), or None if it is unknown."""
+        with self._session(f"read the owner of session {session_id}") as s:
+            row = s.get(ChatSession, session_id)
+            return None if row is None else row.owner
+
+    def set_executor(self, run_id: str, executor: str) -> None:
+        """Record which replica and worker runs a run (`host:pid`)."""
+        stmt = sa.update(DiagnosisRun).where(DiagnosisRun.run_id == run_id).values(executor=executor)
+        with self._session(f"record the executor of run {run_id}") as s:
+            s.execute(stmt)
+
+    def executor_of(self, run_id: str) -> str | None:
+        """The replica and worker that took a run, or None."""
+        with self._session(f"read the executor of run {run_id}") as s:
+            return s.scalar(sa.select(DiagnosisRun.executor).where(DiagnosisRun.run_id == run_id))
+
+    def request_cancel(self, run_id: str, *, now: datetime | None = None) -> bool:
+        """Persist a cancellation request; True when the run exists and is not terminal."""
+        stmt = (
+            sa.update(DiagnosisRun)
+            .where(DiagnosisRun.run_id == run_id, DiagnosisRun.status.is_(None))
+            .values(cancel_requested_at=now or utcnow())
+            .execution_options(synchronize_session=False)
+        )
+        with self._session(f"request the cancellation of run {run_id}") as s:
+            return bool(getattr(s.execute(stmt), "rowcount", 0))
+
+    def cancel_requested(self, run_ids: list[str]) -> set[str]:
+        """Which of `run_ids` have a persisted cancellation request."""
+        if not run_ids:
+            return set()
+        stmt = sa.select(DiagnosisRun.run_id).where(
+            DiagnosisRun.run_id.in_(run_ids), DiagnosisRun.cancel_requested_at.is_not(None)
+        )
+        with self._session("read cancellation requests") as s:
+            return set(s.scalars(stmt))
+
+    def claim_alert_group(self, group_key: str, run_id: str, *, window_s: float, now: datetime | None = None) -> str | None:
+        """Claim an alert group for `run_id` for `window_s` seconds.
+
+        Returns None when the claim is this run's (a new group, or the previous claim expired),
+        else the run id that holds the group. Safe across replicas: the primary key decides a
+        race between two inserts, and an expired claim is taken over by one conditional update.
+        """
+        now = now or utcnow()
+        expires = now + timedelta(seconds=window_s)
+        for _ in range(3):
+            try:
+                with self._session(f"claim alert group for run {run_id}") as s:
+                    s.execute(sa.insert(AlertGroup).values(group_key=group_key, run_id=run_id, expires_at=expires))
+                return None
+            except StoreError:
+                pass
+            with self._session(f"read alert group for run {run_id}") as s:
+                row = s.get(AlertGroup, group_key)
+                if row is None:
+                    continue
+                if row.expires_at > now:
+                    return row.run_id
+                taken = s.execute(
+                    sa.update(AlertGroup)
+                    .where(AlertGroup.group_key == group_key, AlertGroup.expires_at == row.expires_at)
+                    .values(run_id=run_id, expires_at=expires)
+                    .execution_options(synchronize_session=False)
+                )
+                if getattr(taken, "rowcount", 0):
+                    return None
+        raise StoreError(f"trace store at {self._url} could not claim an alert group for run {run_id}")
+
+    def readiness(self) -> dict[str, Any]:
+        """`{database: bool, migrations: bool, revision, head}` for readiness probes; never raises."""
+        head = _head_revision()
+        try:
+            current = _current_revision(self._engine)
+        except Exception as exc:  # noqa: BLE001 - a probe reports, it does not fail
+            return {"database": False, "migrations": False, "revision": None, "head": head, "reason": _reason(exc)}
+        return {"database": True, "migrations": current == head, "revision": current, "head": head}
 
     # -- maintenance -------------------------------------------------------------------------
 

@@ -1,0 +1,1 @@
+"""The team service: `rootproof serve` (docs/service.md)."""

@@ -1,0 +1,517 @@
+"""The FastAPI app of the team service (`rootproof serve`), built by `create_app`.
+
+The app's `lifespan` opens one Runtime (the trace store, knowledge base, canonical store,
+breakers, tool pool, model clients) and the service state around it, and closes them at
+shutdown. Routes: docs/service.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import os
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+
+from fastapi import Body, Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+from pydantic import BaseModel, ConfigDict, Field
+
+from rootproof.alerts import AlertPayload, parse_alert
+from rootproof.errors import AlertError, ConfigError, UsageError
+from rootproof.run.records import EventRecord, RunRecord
+from rootproof.service.auth import LOOPBACK_PRINCIPAL, KeyRing, Principal
+from rootproof.service.core import Evidence, Service
+from rootproof.service.hub import Heartbeat, follow_events
+from rootproof.service.jobs import RunRequest
+from rootproof.settings import Settings, load_settings
+
+__all__ = ["create_app", "app_from_environment", "is_loopback"]
+
+_ID = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
+
+
+class ChatRequest(BaseModel):
+    """`POST /api/chat`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message: str = Field(min_length=1, max_length=100_000, description="The question (Chinese or English).")
+    session_id: str | None = Field(default=None, pattern=_ID, description="Continue a session of yours.")
+    alert: dict[str, Any] | None = Field(default=None, description="An alert payload as context (Alertmanager, Grafana or plain).")
+    scenario: str | None = Field(default=None, max_length=255, description="A built-in scenario id to read evidence from.")
+
+
+class AlertAccepted(BaseModel):
+    """A webhook's answer: the run it started (or the run already diagnosing its group)."""
+
+    run_ids: list[str]
+    duplicate: bool = False
+
+
+class RunView(BaseModel):
+    """`GET /api/runs/{run_id}`."""
+
+    run_id: str
+    session_id: str
+    state: str
+    status: Literal["SUCCESS", "CANCELLED", "TIMED_OUT", "FAILED"] | None
+    release_outcome: str | None
+    content: dict[str, Any] | None
+
+
+class CancelAnswer(BaseModel):
+    """`POST /api/runs/{run_id}/cancel`."""
+
+    run_id: str
+    cancel_requested: bool
+    state: str
+
+
+class Problem(BaseModel):
+    """A 4xx answer: what is wrong and which field."""
+
+    detail: str
+    field: str | None = None
+
+
+def is_loopback(host: str) -> bool:
+    """True for a loopback address or `localhost`."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _problem(status: int, detail: str, field: str | None = None) -> HTTPException:
+    return HTTPException(status_code=status, detail={"detail": detail, "field": field})
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    runtime: Any = None,
+    environ: Mapping[str, str] | None = None,
+    no_auth: bool = False,
+) -> FastAPI:
+    """The service app. `runtime` (a `Runtime`) is used as given (tests); else one is built
+    from `settings` when the app starts. Without API keys and without `no_auth` this raises
+    ConfigError naming `ROOTPROOF_API_KEYS`."""
+    settings = settings or load_settings()
+    keyring = KeyRing.load(settings.api_keys.get_secret_value() if settings.api_keys else None, settings.api_keys_file)
+    if not len(keyring) and not no_auth:
+        raise ConfigError(
+            "ROOTPROOF_API_KEYS: no API key configured (or ROOTPROOF_API_KEYS_FILE); the service refuses to start "
+            "without keys unless started with --no-auth, which binds to loopback only"
+        )
+    env = dict(environ if environ is not None else os.environ)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from rootproof.runtime import Runtime
+
+        own = runtime is None
+        rt = runtime if runtime is not None else Runtime.from_settings(settings, environ=env)
+        service = Service(settings, rt, keyring=keyring, no_auth=no_auth)
+        try:
+            await service.start()
+            app.state.service = service
+            yield
+        finally:
+            await service.stop()
+            if own:
+                rt.close()
+
+    app = FastAPI(
+        title="rootproof",
+        version=_version(),
+        summary="Diagnose production incidents; publish only what the evidence proves.",
+        lifespan=lifespan,
+    )
+
+    @app.exception_handler(HTTPException)
+    async def _http_problem(_request: Request, exc: HTTPException) -> JSONResponse:
+        body = exc.detail if isinstance(exc.detail, dict) else {"detail": str(exc.detail), "field": None}
+        return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_problem(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
+        field = ".".join(loc) or None
+        detail = f"{field}: {first.get('msg')}" if field else str(first.get("msg"))
+        safe = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in errors[:20]]
+        return JSONResponse({"detail": detail, "field": field, "errors": safe}, status_code=422)
+
+    _routes(app)
+    return app
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rootproof")
+    except PackageNotFoundError:
+        return "0"
+
+
+def app_from_environment() -> FastAPI:
+    """The factory `rootproof serve --workers N` hands uvicorn (settings from the environment;
+    `ROOTPROOF_SERVE_NO_AUTH=1` is how `serve --no-auth` reaches each worker)."""
+    return create_app(load_settings(), no_auth=os.environ.get("ROOTPROOF_SERVE_NO_AUTH") == "1")
+
+
+# -- routes ---------------------------------------------------------------------------------------
+
+
+def _service(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
+async def _principal(service: Annotated[Service, Depends(_service)], authorization: Annotated[str | None, Header()] = None) -> Principal:
+    if service.no_auth:
+        return LOOPBACK_PRINCIPAL
+    scheme, _, key = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise HTTPException(401, {"detail": "missing API key: send Authorization: Bearer KEY", "field": "Authorization"}, headers={"WWW-Authenticate": "Bearer"})
+    found = service.keyring.authenticate(key.strip())
+    if found is None:
+        raise HTTPException(401, {"detail": "unknown API key", "field": "Authorization"}, headers={"WWW-Authenticate": "Bearer"})
+    return found
+
+
+ServiceDep = Annotated[Service, Depends(_service)]
+Who = Annotated[Principal, Depends(_principal)]
+
+
+def _need(who: Principal, grant: str) -> None:
+    if not who.may(grant):
+        raise _problem(403, f"the {who.role} role may not do this (needs {'operator or admin' if grant == 'ask' else 'auditor or admin'})")
+
+
+def _evidence(service: Service, scenario: str | None) -> Evidence:
+    try:
+        return service.evidence(scenario)
+    except UsageError as exc:
+        raise _problem(422, str(exc), "scenario") from None
+
+
+def _alert_of(service: Service, data: Any, field_prefix: str) -> AlertPayload:
+    try:
+        return parse_alert(data, limits=service.settings.input_limits())
+    except AlertError as exc:
+        field = f"{field_prefix}.{exc.field}" if field_prefix else exc.field
+        raise _problem(422, f"{field}: {exc.problem}", field) from None
+
+
+async def _prepared_chat(service: ServiceDep, who: Who, body: ChatRequest) -> RunRequest:
+    _need(who, "ask")
+    if body.session_id is not None:
+        owner = await asyncio.to_thread(service.store.session_owner, body.session_id)
+        if owner is not None and owner != who.name and who.role != "admin":
+            raise _problem(404, "no such session", "session_id")
+    found = _evidence(service, body.scenario)
+    if body.alert is not None:
+        _alert_of(service, body.alert, "alert")
+    return service.new_chat(message=body.message, session_id=body.session_id, principal=who.name, evidence=found, alert=body.alert)
+
+
+def _routes(app: FastAPI) -> None:
+
+    async def owned_session(service: Service, who: Principal, session_id: str) -> None:
+        """404 unless the session is the caller's (auditors and admins read every session)."""
+        owner = await asyncio.to_thread(service.store.session_owner, session_id)
+        if owner is None or (owner != who.name and not who.may("audit")):
+            raise _problem(404, "no such session", "session_id")
+
+    async def visible_run(service: Service, who: Principal, run_id: str) -> RunRecord:
+        record = await asyncio.to_thread(service.store.get_run, run_id)
+        if record is None:
+            raise _problem(404, "no such run", "run_id")
+        if not who.may("audit"):
+            owner = await asyncio.to_thread(service.store.session_owner, record.session_id)
+            if owner != who.name:
+                raise _problem(404, "no such run", "run_id")
+        return record
+
+    def sse(item: EventRecord | Heartbeat) -> ServerSentEvent:
+        if isinstance(item, Heartbeat):
+            return ServerSentEvent(comment="heartbeat")
+        return ServerSentEvent(
+            event=item.type, id=str(item.seq), data={"type": item.type, "run_id": item.run_id, "seq": item.seq, "data": item.data}
+        )
+
+    @app.post(
+        "/api/chat",
+        response_class=EventSourceResponse,
+        tags=["runs"],
+        responses={401: {"model": Problem}, 403: {"model": Problem}, 404: {"model": Problem}, 422: {"model": Problem}},
+    )
+    async def chat(service: ServiceDep, request: Annotated[RunRequest, Depends(_prepared_chat)]) -> AsyncIterator[ServerSentEvent]:
+        """Ask a question; the run's events stream back (metadata, status, tool, content, done).
+
+        A client that disconnects cancels its run, which still reaches a persisted terminal
+        state. Resume a stream with `GET /api/runs/{run_id}/events` and `Last-Event-ID`."""
+        t0 = asyncio.get_running_loop().time()
+        local = service.start_chat(request)
+        done = False
+        first = True
+        try:
+            async for item in follow_events(service.hub, service.store, request.run_id, 0, heartbeat_s=service.settings.sse_heartbeat_s):
+                if first and not isinstance(item, Heartbeat):
+                    service.metrics.first_event_seconds.observe(asyncio.get_running_loop().time() - t0)
+                    first = False
+                if isinstance(item, EventRecord) and item.type == "done":
+                    done = True
+                yield sse(item)
+        except Exception as exc:  # noqa: BLE001 - after the stream started, errors are events
+            yield ServerSentEvent(event="error", data={"type": "error", "run_id": request.run_id, "data": {"code": "STREAM_ERROR", "message": type(exc).__name__}})
+        finally:
+            if not done:
+                local.cancellation.cancel("the client disconnected")
+
+    @app.get(
+        "/api/runs/{run_id}/events",
+        response_class=EventSourceResponse,
+        tags=["runs"],
+        responses={401: {"model": Problem}, 404: {"model": Problem}},
+    )
+    async def run_events(
+        service: ServiceDep,
+        who: Who,
+        run_id: str,
+        last_event_id: Annotated[str | None, Header()] = None,
+        after: Annotated[int | None, Query(ge=0, description="Resume after this sequence number (as Last-Event-ID).")] = None,
+    ) -> AsyncIterator[ServerSentEvent]:
+        """A run's events from the log, after `Last-Event-ID` (or `after`), then live to `done`;
+        any replica serves any run."""
+        await visible_run(service, who, run_id)
+        start = after or 0
+        if last_event_id:
+            try:
+                start = max(0, int(last_event_id))
+            except ValueError:
+                raise _problem(422, "Last-Event-ID: expected the sequence number of an event", "Last-Event-ID") from None
+        try:
+            async for item in follow_events(service.hub, service.store, run_id, start, heartbeat_s=service.settings.sse_heartbeat_s):
+                yield sse(item)
+        except Exception as exc:  # noqa: BLE001 - after the stream started, errors are events
+            yield ServerSentEvent(event="error", data={"type": "error", "run_id": run_id, "data": {"code": "STREAM_ERROR", "message": type(exc).__name__}})
+
+    async def webhook(service: Service, who: Principal, request: Request, source: Literal["alertmanager", "grafana"], scenario: str | None) -> AlertAccepted:
+        _need(who, "ask")
+        cap = service.settings.max_alert_bytes
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > cap:
+            service.metrics.webhooks.labels(source, "too_large").inc()
+            raise _problem(413, f"the payload is larger than {cap} bytes (ROOTPROOF_MAX_ALERT_BYTES)", "(body)")
+        raw = await request.body()
+        if len(raw) > cap:
+            raise _problem(413, f"the payload is larger than {cap} bytes (ROOTPROOF_MAX_ALERT_BYTES)", "(body)")
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            service.metrics.webhooks.labels(source, "malformed").inc()
+            raise _problem(422, "(body): not JSON", "(body)") from None
+        try:
+            payload = _alert_of(service, data, "")
+            if payload.source != source:
+                expected = "version \"4\"" if source == "alertmanager" else "title and state"
+                raise _problem(422, f"version: not an {source} webhook (expected {expected}); post it to /api/alerts/{payload.source}", "version")
+        except HTTPException:
+            service.metrics.webhooks.labels(source, "malformed").inc()
+            raise
+        found = _evidence(service, scenario)
+        run_id, duplicate = await asyncio.to_thread(
+            service.accept_alert, payload, data, principal=who.name, evidence=found, source=source
+        )
+        if not duplicate:
+            from rootproof.boundary.redaction import redact_value
+
+            record = await asyncio.to_thread(service.store.get_run, run_id)
+            assert record is not None
+            await service.jobs.defer(
+                RunRequest(
+                    run_id=run_id,
+                    session_id=record.session_id,
+                    principal=who.name,
+                    scenario=found.scenario,
+                    targets=found.targets,
+                    alert=redact_value(data),
+                    kind="webhook",
+                )
+            )
+        service.metrics.webhooks.labels(source, "duplicate" if duplicate else "accepted").inc()
+        return AlertAccepted(run_ids=[run_id], duplicate=duplicate)
+
+    hook_responses: dict[int | str, dict[str, Any]] = {401: {"model": Problem}, 403: {"model": Problem}, 413: {"model": Problem}, 422: {"model": Problem}}
+
+    @app.post("/api/alerts/alertmanager", status_code=202, tags=["alerts"], responses=hook_responses)
+    async def alertmanager(
+        service: ServiceDep,
+        who: Who,
+        request: Request,
+        payload: Annotated[dict[str, Any], Body(description="An Alertmanager v4 webhook payload.")],
+        scenario: Annotated[str | None, Query(max_length=255, description="A built-in scenario id (demos, evaluation).")] = None,
+    ) -> AlertAccepted:
+        """Alertmanager's webhook receiver: one run per payload, run as a job (`202`)."""
+        del payload  # validated from the raw body (the exact bytes, with the size cap)
+        return await webhook(service, who, request, "alertmanager", scenario)
+
+    @app.post("/api/alerts/grafana", status_code=202, tags=["alerts"], responses=hook_responses)
+    async def grafana(
+        service: ServiceDep,
+        who: Who,
+        request: Request,
+        payload: Annotated[dict[str, Any], Body(description="A Grafana alerting webhook payload.")],
+        scenario: Annotated[str | None, Query(max_length=255, description="A built-in scenario id (demos, evaluation).")] = None,
+    ) -> AlertAccepted:
+        """Grafana's webhook receiver: one run per payload, run as a job (`202`)."""
+        del payload
+        return await webhook(service, who, request, "grafana", scenario)
+
+    @app.get("/api/runs/{run_id}", tags=["runs"], responses={401: {"model": Problem}, 404: {"model": Problem}})
+    async def get_run(service: ServiceDep, who: Who, run_id: str) -> RunView:
+        """A run's lifecycle state, terminal status (null until terminal), outcome and content."""
+        record = await visible_run(service, who, run_id)
+        state = await asyncio.to_thread(service.run_state, record)
+        return RunView(
+            run_id=record.run_id,
+            session_id=record.session_id,
+            state=state,
+            status=record.status,  # type: ignore[arg-type]
+            release_outcome=record.release_outcome,
+            content=record.content,
+        )
+
+    @app.post(
+        "/api/runs/{run_id}/cancel",
+        status_code=202,
+        tags=["runs"],
+        responses={401: {"model": Problem}, 403: {"model": Problem}, 404: {"model": Problem}, 409: {"model": Problem}},
+    )
+    async def cancel_run(service: ServiceDep, who: Who, run_id: str) -> CancelAnswer:
+        """Cancel a run wherever it executes (any replica)."""
+        _need(who, "ask")
+        record = await visible_run(service, who, run_id)
+        if record.status is not None:
+            raise _problem(409, f"the run already ended ({record.status})", "run_id")
+        requested = await service.cancel_bus.request(run_id)
+        fresh = await asyncio.to_thread(service.store.get_run, run_id)
+        record = fresh if fresh is not None else record
+        return CancelAnswer(run_id=run_id, cancel_requested=requested, state=await asyncio.to_thread(service.run_state, record))
+
+    async def run_in_session(service: Service, who: Principal, session_id: str, run_id: str) -> RunRecord:
+        await owned_session(service, who, session_id)
+        record = await asyncio.to_thread(service.store.get_run, run_id)
+        if record is None or record.session_id != session_id:
+            raise _problem(404, "no such run in this session", "runId")
+        return record
+
+    trace_responses: dict[int | str, dict[str, Any]] = {401: {"model": Problem}, 403: {"model": Problem}, 404: {"model": Problem}, 422: {"model": Problem}}
+
+    @app.get("/api/diagnosis/{session_id}/trace", tags=["trace"], responses=trace_responses)
+    async def trace(
+        service: ServiceDep, who: Who, session_id: str, run_id: Annotated[str, Query(alias="runId", max_length=64)]
+    ) -> dict[str, Any]:
+        """A run's trace: the run, its steps, its invocations (metadata and evidence refs), the
+        guards' results and what was released. Reasoning texts are not here (`/trace/reasoning`)."""
+        await run_in_session(service, who, session_id, run_id)
+        doc = await asyncio.to_thread(service.store.trace, run_id)
+        if doc is None:
+            raise _problem(404, "no such run in this session", "runId")
+        run = doc["run"]
+        evaluation = run.get("self_evaluation") or {}
+        return {
+            "run": run,
+            "steps": doc["steps"],
+            "invocations": doc["invocations"],
+            "guards": {
+                "rule_set_version": evaluation.get("rule_set_version"),
+                "evidence_guard": evaluation.get("evidence_guard"),
+                "semantic_guard": evaluation.get("semantic_guard"),
+                "aiops_rule_evaluation": evaluation.get("aiops_rule_evaluation"),
+            },
+            "release": {
+                "status": run.get("status"),
+                "release_outcome": run.get("release_outcome"),
+                "fallback_type": run.get("fallback_type"),
+                "content": run.get("content"),
+            },
+            "reasoning": doc["reasoning"],
+            "events": doc["events"],
+        }
+
+    @app.get("/api/diagnosis/{session_id}/trace/reasoning", tags=["trace"], responses=trace_responses)
+    async def reasoning(
+        service: ServiceDep, who: Who, session_id: str, run_id: Annotated[str, Query(alias="runId", max_length=64)]
+    ) -> dict[str, Any]:
+        """The reasoning audit of a run, by step (auditor or admin role only)."""
+        _need(who, "audit")
+        await run_in_session(service, who, session_id, run_id)
+        records = await asyncio.to_thread(service.store.reasoning, run_id)
+        return {"session_id": session_id, "run_id": run_id, "records": records}
+
+    @app.get("/api/search/similar", tags=["knowledge"], responses={401: {"model": Problem}, 422: {"model": Problem}})
+    async def similar(
+        service: ServiceDep,
+        who: Who,
+        q: Annotated[str, Query(min_length=1, max_length=2000, description="What to look up.")],
+        top_k: Annotated[int, Query(ge=1, le=10)] = 5,
+    ) -> dict[str, Any]:
+        """Knowledge search, as `lookup_knowledge` does (without run de-duplication)."""
+        del who
+        if not q.strip():
+            raise _problem(422, "q: expected a non-empty query", "q")
+        from dataclasses import asdict
+
+        resp = await asyncio.to_thread(service.runtime.knowledge.search, q, top_k)
+        return {
+            "query": q,
+            "layer": resp.layer,
+            "results": [asdict(h) for h in resp.hits],
+            "evidence_status": "EVIDENCE_FOUND" if resp.hits else "NO_EVIDENCE",
+        }
+
+    @app.get("/healthz", tags=["ops"])
+    async def healthz() -> dict[str, str]:
+        """The process answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["ops"], responses={503: {"description": "Not ready"}})
+    async def readyz(service: ServiceDep) -> JSONResponse:
+        """Ready: the database answers, its migrations are current, Redis answers (when configured)."""
+        db = await asyncio.to_thread(service.store.readiness)
+        redis_ok = await service.cancel_bus.ping()
+        ready = bool(db["database"] and db["migrations"] and redis_ok is not False)
+        body = {"ready": ready, "database": db["database"], "migrations": db["migrations"], "revision": db["revision"], "redis": redis_ok, "jobs": service.jobs.name}
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    @app.get("/metrics", tags=["ops"], response_class=Response)
+    async def metrics(service: ServiceDep) -> Response:
+        """Prometheus metrics of this process."""
+        from rootproof.service.metrics import CONTENT_TYPE
+
+        return Response(service.metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/runs/{run_id}", response_class=HTMLResponse, tags=["trace"], responses={401: {"model": Problem}, 404: {"model": Problem}})
+    async def viewer(service: ServiceDep, who: Who, run_id: str) -> HTMLResponse:
+        """One self-contained page: the run's question, route, timeline, claims and citations,
+        guard verdicts and what the user received; reasoning only for auditors."""
+        await visible_run(service, who, run_id)
+        doc = await asyncio.to_thread(service.store.trace, run_id)
+        if doc is None:
+            raise _problem(404, "no such run", "run_id")
+        texts = await asyncio.to_thread(service.store.reasoning, run_id) if who.may("audit") else None
+        from rootproof.service.viewer import render_run_page
+
+        return HTMLResponse(render_run_page(doc, reasoning=texts))

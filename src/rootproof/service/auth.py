@@ -1,0 +1,118 @@
+"""API keys and roles of the team service.
+
+Keys come from `ROOTPROOF_API_KEYS` (`key1:operator,key2:auditor`) and/or
+`ROOTPROOF_API_KEYS_FILE` (one `sha256:<hex>:<role>` per line; `#` starts a comment). Only the
+SHA-256 digest of a key is kept in memory; a presented key is hashed and compared with every
+known digest in constant time (`hmac.compare_digest`). A principal is named by a short prefix
+of its digest (`key:1a2b3c4d5e6f`), never by the key: that name owns the sessions it opens.
+
+Roles: `operator` asks (chat, webhooks, its own runs and traces); `auditor` reads (any trace,
+the reasoning audit); `admin` may do both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from rootproof.errors import ConfigError
+
+__all__ = ["KeyRing", "Principal", "ROLES", "hash_key"]
+
+Role = Literal["operator", "auditor", "admin"]
+ROLES: tuple[Role, ...] = ("operator", "auditor", "admin")
+
+_GRANTS: dict[str, frozenset[str]] = {
+    "operator": frozenset({"ask"}),
+    "auditor": frozenset({"audit"}),
+    "admin": frozenset({"ask", "audit"}),
+}
+"""`ask`: start runs, read and cancel one's own; `audit`: read any run, its trace and its reasoning."""
+
+
+def hash_key(key: str) -> str:
+    """`sha256:<hex>` of an API key (what `ROOTPROOF_API_KEYS_FILE` holds)."""
+    return "sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who sent a request: the key's public name and its role."""
+
+    name: str
+    role: str
+
+    def may(self, grant: str) -> bool:
+        """Whether the role holds `grant` (`ask` or `audit`)."""
+        return grant in _GRANTS.get(self.role, frozenset())
+
+
+LOOPBACK_PRINCIPAL = Principal(name="local", role="admin")
+"""Every request of a server started with `--no-auth` (bound to loopback only)."""
+
+
+def _role(value: str, where: str) -> Role:
+    role = value.strip().lower()
+    if role not in ROLES:
+        raise ConfigError(f"{where}: unknown role {value.strip()!r} (expected one of {', '.join(ROLES)})")
+    return role  # type: ignore[return-value]
+
+
+class KeyRing:
+    """The digests of the configured keys and their roles."""
+
+    def __init__(self, entries: list[tuple[bytes, Role]]) -> None:
+        self._entries = entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @classmethod
+    def load(cls, keys: str | None, keys_file: Path | None) -> KeyRing:
+        """Parse `ROOTPROOF_API_KEYS` and `ROOTPROOF_API_KEYS_FILE`; a bad entry is a ConfigError
+        naming the variable (or the file and line) and never quoting the key."""
+        entries: list[tuple[bytes, Role]] = []
+        for i, item in enumerate((keys or "").split(","), start=1):
+            if not item.strip():
+                continue
+            key, sep, role = item.strip().rpartition(":")
+            if not sep or not key:
+                raise ConfigError(f"ROOTPROOF_API_KEYS: entry {i} is not KEY:ROLE (roles: {', '.join(ROLES)})")
+            if len(key) < 16:
+                raise ConfigError(f"ROOTPROOF_API_KEYS: entry {i}: the key is shorter than 16 characters")
+            entries.append((hashlib.sha256(key.encode("utf-8")).digest(), _role(role, f"ROOTPROOF_API_KEYS: entry {i}")))
+        if keys_file is not None:
+            try:
+                text = keys_file.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(f"ROOTPROOF_API_KEYS_FILE: cannot read {keys_file}: {exc.strerror or exc}") from exc
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"ROOTPROOF_API_KEYS_FILE: {keys_file} is not UTF-8 text") from exc
+            for n, line in enumerate(text.splitlines(), start=1):
+                line = line.split("#", 1)[0].strip()
+                if not line:
+                    continue
+                where = f"ROOTPROOF_API_KEYS_FILE: {keys_file} line {n}"
+                parts = line.split(":")
+                if len(parts) != 3 or parts[0] != "sha256":
+                    raise ConfigError(f"{where}: expected sha256:<64 hex digits>:<role> (`rootproof hash-key ROLE` prints one)")
+                try:
+                    digest = bytes.fromhex(parts[1])
+                except ValueError:
+                    digest = b""
+                if len(digest) != 32:
+                    raise ConfigError(f"{where}: the digest is not 64 hex digits")
+                entries.append((digest, _role(parts[2], where)))
+        return cls(entries)
+
+    def authenticate(self, key: str) -> Principal | None:
+        """The principal of `key`, or None; every digest is compared, each in constant time."""
+        digest = hashlib.sha256(key.encode("utf-8")).digest()
+        found: Principal | None = None
+        for known, role in self._entries:
+            if hmac.compare_digest(known, digest) and found is None:
+                found = Principal(name="key:" + known.hex()[:12], role=role)
+        return found

@@ -1,0 +1,191 @@
+"""Jobs: webhook runs executed by any replica's worker.
+
+Team service (the trace store on PostgreSQL): procrastinate, a PostgreSQL job queue. Jobs live
+in the database the team already runs for the trace store, beside the runs they start, so a
+job and the run it announces are never out of step with one database down and the other up;
+every replica runs a worker with `worker_concurrency` slots, takes jobs as PostgreSQL notifies
+it (`LISTEN/NOTIFY`, polling as a fallback), and sends heartbeats. A replica killed mid-job
+stops sending them: every replica looks for jobs whose worker's heartbeat is older than
+`stalled_job_timeout_s` and retries them; the retry finds its run started by a worker that is
+gone, closes it as FAILED (`INTERNAL_ERROR`, "worker lost") and ends the job. A job is never
+lost, and no alert is diagnosed twice.
+
+Embedded default (SQLite): the same jobs run in-process, on a bounded thread pool.
+
+procrastinate stays inside this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["InProcessJobs", "JobQueue", "ProcrastinateJobs", "RunRequest", "libpq_dsn"]
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "rootproof.diagnose"
+QUEUE = "rootproof"
+
+
+class RunRequest(BaseModel):
+    """What a job needs to run one diagnosis (JSON: it is stored in the queue)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str
+    session_id: str
+    principal: str
+    question: str = ""
+    scenario: str | None = None
+    targets: bool = False
+    alert: dict[str, Any] | None = None
+    """The alert payload, redacted (secrets never reach the queue)."""
+    kind: str = "webhook"
+
+
+Executor = Callable[[RunRequest], None]
+
+
+class JobQueue(Protocol):
+    """Where webhook runs wait for a worker."""
+
+    name: str
+
+    async def start(self) -> None:
+        """Open the queue and start this replica's worker."""
+
+    async def defer(self, request: RunRequest) -> None:
+        """Queue one run."""
+
+    async def stop(self) -> None:
+        """Stop the worker (running jobs finish or are retried elsewhere) and close."""
+
+
+class InProcessJobs:
+    """The embedded default: jobs on a bounded thread pool of this process."""
+
+    name = "in-process"
+
+    def __init__(self, execute: Executor, concurrency: int) -> None:
+        self._execute = execute
+        self._pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="job")
+        self._pending: set[asyncio.Future[None]] = set()
+
+    async def start(self) -> None:
+        """Nothing to open."""
+
+    async def defer(self, request: RunRequest) -> None:
+        future = asyncio.get_running_loop().run_in_executor(self._pool, self._run, request)
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+
+    def _run(self, request: RunRequest) -> None:
+        try:
+            self._execute(request)
+        except Exception:  # noqa: BLE001 - a job's failure is recorded on its run
+            log.exception("job for run %s failed", request.run_id)
+
+    async def stop(self) -> None:
+        if self._pending:
+            await asyncio.wait(list(self._pending), timeout=15)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def libpq_dsn(sqlalchemy_url: str) -> str:
+    """A libpq connection string from the trace store's SQLAlchemy URL (`postgresql+psycopg://…`)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(sqlalchemy_url).set(drivername="postgresql")
+    return url.render_as_string(hide_password=False)
+
+
+class ProcrastinateJobs:
+    """procrastinate on the trace store's PostgreSQL database."""
+
+    name = "procrastinate"
+
+    def __init__(self, execute: Executor, *, dsn: str, concurrency: int, stalled_after_s: float, worker_name: str) -> None:
+        import procrastinate
+
+        self._procrastinate = procrastinate
+        self._execute = execute
+        self._concurrency = concurrency
+        self._stalled_after_s = stalled_after_s
+        self._worker_name = worker_name
+        self._dsn = dsn
+        self.app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn, min_size=1, max_size=max(4, concurrency + 2)))
+
+        def diagnose(request: dict[str, Any]) -> None:
+            self._execute(RunRequest.model_validate(request))
+
+        self._task = self.app.task(name=TASK_NAME, queue=QUEUE)(diagnose)
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    async def start(self) -> None:
+        await self.app.open_async()
+        await self._ensure_schema()
+        if self._concurrency > 0:
+            self._tasks.append(
+                asyncio.create_task(
+                    self.app.run_worker_async(
+                        queues=[QUEUE],
+                        name=self._worker_name,
+                        concurrency=self._concurrency,
+                        install_signal_handlers=False,
+                        update_heartbeat_interval=max(0.5, self._stalled_after_s / 4),
+                        stalled_worker_timeout=self._stalled_after_s,
+                        shutdown_graceful_timeout=15,
+                        fetch_job_polling_interval=1.0,
+                    ),
+                    name="rootproof-worker",
+                )
+            )
+            self._tasks.append(asyncio.create_task(self._retry_stalled(), name="rootproof-stalled-jobs"))
+
+    async def _ensure_schema(self) -> None:
+        """Apply procrastinate's schema once; a transaction-scoped advisory lock orders replicas
+        starting together (one connection of its own, so the lock is never left in a pool)."""
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(self._dsn) as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(7402519)")
+            cur = await conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL")
+            row = await cur.fetchone()
+            if not (row and row[0]):
+                from procrastinate.schema import SchemaManager
+
+                await conn.execute(SchemaManager.get_schema())
+
+    async def _retry_stalled(self) -> None:
+        """Retry the jobs of workers that stopped sending heartbeats (a replica killed mid-job)."""
+        manager = self.app.job_manager
+        while True:
+            await asyncio.sleep(max(1.0, self._stalled_after_s / 2))
+            try:
+                stalled = await manager.get_stalled_jobs(queue=QUEUE, seconds_since_heartbeat=self._stalled_after_s)
+                for job in stalled:
+                    with contextlib.suppress(Exception):  # another replica may have retried it first
+                        await manager.retry_job(job)
+                        log.warning("retried job %s of a stalled worker", job.id)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the next round tries again
+                log.warning("looking for stalled jobs failed: %s", type(exc).__name__)
+
+    async def defer(self, request: RunRequest) -> None:
+        await self._task.defer_async(request=request.model_dump(mode="json"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        await self.app.close_async()
