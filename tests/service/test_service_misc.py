@@ -1,0 +1,123 @@
+"""The service's edges: keys and roles at start, `serve` refusing bad setups (exit 2 naming the
+setting), health, readiness, metrics, knowledge search and the Grafana webhook over real HTTP."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rootproof.errors import ConfigError
+from rootproof.service.app import create_app
+from rootproof.service.auth import KeyRing, hash_key
+from rootproof.settings import load_settings
+
+from .support import API_KEYS, AUDITOR_KEY, OPERATOR_KEY, ThreadServer, auth, stream
+
+
+def _rp(*args: str, home: Path, stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")}
+    base |= {"ROOTPROOF_HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path)} | env
+    return subprocess.run([sys.executable, "-m", "rootproof.cli", *args], input=stdin, capture_output=True, text=True, env=base, timeout=120)
+
+
+def test_serve_refuses_to_start_without_keys_or_off_loopback(tmp_path: Path) -> None:
+    p = _rp("serve", "--port", "1", home=tmp_path)
+    assert p.returncode == 2 and "ROOTPROOF_API_KEYS" in p.stderr and "Traceback" not in p.stderr
+    p = _rp("serve", "--no-auth", "--host", "0.0.0.0", home=tmp_path)
+    assert p.returncode == 2 and "loopback" in p.stderr
+    p = _rp("serve", home=tmp_path, ROOTPROOF_API_KEYS="tiny9:operator")
+    assert p.returncode == 2 and "ROOTPROOF_API_KEYS: entry 1" in p.stderr and "tiny9" not in p.stderr
+    p = _rp("serve", home=tmp_path, ROOTPROOF_API_KEYS="0123456789abcdefXYZ:root")
+    assert p.returncode == 2 and "unknown role" in p.stderr and "0123456789abcdefXYZ" not in p.stderr
+    keys = tmp_path / "keys"
+    keys.write_text("sha256:zz:operator\n")
+    p = _rp("serve", home=tmp_path, ROOTPROOF_API_KEYS_FILE=str(keys))
+    assert p.returncode == 2 and f"{keys} line 1" in p.stderr
+
+
+def test_hashed_keys_file_authenticates_in_constant_time_comparison(tmp_path: Path) -> None:
+    p = _rp("hash-key", "auditor", home=tmp_path, stdin="a-long-auditor-key-123\n")
+    assert p.returncode == 0, p.stderr
+    line = p.stdout.strip()
+    assert line == f"{hash_key('a-long-auditor-key-123')}:auditor"
+    keys = tmp_path / "keys"
+    keys.write_text(f"# team keys\n{line}\n")
+    ring = KeyRing.load(None, keys)
+    found = ring.authenticate("a-long-auditor-key-123")
+    assert found is not None and found.role == "auditor" and found.name.startswith("key:") and "a-long" not in found.name
+    assert ring.authenticate("a-long-auditor-key-124") is None
+    with pytest.raises(ConfigError, match="ROOTPROOF_API_KEYS"):
+        create_app(load_settings(data_dir=tmp_path))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadServer]:
+    home = tmp_path_factory.mktemp("svc-misc")
+    settings = load_settings(data_dir=home, database_url=f"sqlite:///{home / 'rootproof.db'}", api_keys=API_KEYS)
+    with ThreadServer(create_app(settings, environ={})) as srv:
+        yield srv
+
+
+def test_health_readiness_and_metrics(server: ThreadServer) -> None:
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        assert c.get("/healthz").json() == {"status": "ok"}
+        ready = c.get("/readyz")
+        assert ready.status_code == 200
+        doc = ready.json()
+        assert doc["ready"] and doc["database"] and doc["migrations"] and doc["redis"] is None and doc["jobs"] == "in-process"
+        stream(c, "POST", "/api/chat", json={"message": "why is checkout timing out", "scenario": "pg-row-lock"}, headers=auth(OPERATOR_KEY))
+        text = c.get("/metrics").text
+        assert 'rootproof_runs_total{kind="chat",release_outcome="PUBLISHED",status="SUCCESS"}' in text
+        assert "rootproof_tool_calls_total{" in text and 'status="READY"' in text
+        assert 'rootproof_guard_verdicts_total{guard="evidence_guard",verdict="PASS"}' in text
+        assert "rootproof_time_to_first_event_seconds_bucket" in text
+        assert OPERATOR_KEY not in text
+
+
+def test_knowledge_search(server: ThreadServer) -> None:
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        assert c.get("/api/search/similar", params={"q": "lock wait timeout"}).status_code == 401
+        r = c.get("/api/search/similar", params={"q": "Lock wait timeout exceeded; try restarting transaction"}, headers=auth(AUDITOR_KEY))
+        assert r.status_code == 200
+        doc = r.json()
+        assert doc["evidence_status"] == "EVIDENCE_FOUND" and doc["results"] and doc["results"][0]["card_id"]
+        r = c.get("/api/search/similar", params={"q": ""}, headers=auth(AUDITOR_KEY))
+        assert r.status_code == 422 and r.json()["field"] == "q"
+
+
+def test_grafana_webhook(server: ThreadServer) -> None:
+    body = {
+        "receiver": "rootproof",
+        "status": "firing",
+        "orgId": 1,
+        "title": "[FIRING:1] CheckoutLatency",
+        "state": "alerting",
+        "groupKey": "{}/{}:{alertname=\"CheckoutLatency\"}",
+        "alerts": [
+            {
+                "status": "firing",
+                "labels": {"alertname": "CheckoutLatency", "severity": "critical", "service": "checkout"},
+                "annotations": {"summary": "checkout p99 above 3s"},
+                "startsAt": "2026-07-22T09:35:00Z",
+            }
+        ],
+    }
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        r = c.post("/api/alerts/grafana", params={"scenario": "pg-row-lock"}, json=body, headers=auth(OPERATOR_KEY))
+        assert r.status_code == 202, r.text
+        run_id = r.json()["run_ids"][0]
+        deadline = time.monotonic() + 60
+        while (doc := c.get(f"/api/runs/{run_id}", headers=auth(OPERATOR_KEY)).json())["status"] is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert doc["status"] == "SUCCESS"
+        wrong = c.post("/api/alerts/alertmanager", params={"scenario": "pg-row-lock"}, json=body, headers=auth(OPERATOR_KEY))
+        assert wrong.status_code == 422 and wrong.json()["field"] == "version"
+        assert c.post("/api/alerts/grafana", params={"scenario": "pg-row-lock"}, json=body, headers=auth(AUDITOR_KEY)).status_code == 403
