@@ -5,6 +5,8 @@ database on the local PostgreSQL / MariaDB server for the test session and drop 
 They skip when the server is unreachable, or fail when `ROOTPROOF_REQUIRE_SERVICES=1`.
 Servers: `ROOTPROOF_TEST_PG_URL` (default `postgresql+psycopg://postgres@127.0.0.1:5432/test`)
 and `ROOTPROOF_TEST_MYSQL_URL` (default `mysql+pymysql://root@127.0.0.1:3306/test`).
+`redis_url` is the local Redis server (`redis://127.0.0.1:6379/0`), checked once; its tests keep
+to keys under a prefix of their own and delete them (the server is shared).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from sqlalchemy.engine import make_url
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DEFAULT_MYSQL_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def _services_required() -> bool:
@@ -84,6 +87,24 @@ def mysql_url() -> Iterator[str]:
         "CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
         "DROP DATABASE IF EXISTS {name}",
     )
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """URL of the local Redis server, once it answered PING (skips, or fails under
+    `ROOTPROOF_REQUIRE_SERVICES=1`, when it does not). Shared: use keys of your own and delete them."""
+    try:
+        import redis
+    except ImportError as exc:
+        _unavailable(f"redis-py is not installed ({exc})")
+    client = redis.Redis.from_url(DEFAULT_REDIS_URL, socket_connect_timeout=2, socket_timeout=5, driver_info=None)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        _unavailable(f"Redis at {DEFAULT_REDIS_URL} unreachable: {exc}")
+    finally:
+        client.close()
+    return DEFAULT_REDIS_URL
 
 
 @pytest.fixture(scope="session")

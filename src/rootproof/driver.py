@@ -23,7 +23,7 @@ from rootproof.alerts import AlertPayload
 from rootproof.backends.registry import BackendRegistry
 from rootproof.boundary.boundary import ToolBoundary, ToolOutcome
 from rootproof.boundary.store import CanonicalInvocation, InvocationStatus
-from rootproof.errors import ConfigError, UsageError
+from rootproof.errors import ConfigError, StoreError, UsageError
 from rootproof.guard.aiops import evaluate_aiops
 from rootproof.guard.evidence import EvidenceGuardResult
 from rootproof.guard.fallback import FallbackType, SafeFallbackFactory, call_limitation, model_limitation
@@ -277,7 +277,8 @@ class RunDriver:
         """Emit `content`, reach `terminal`, persist the record and emit `done`."""
         ctx, record, out, events = self.ctx, self.record, self.out, self.events
         if out.alert is not None:
-            aiops = evaluate_aiops(out.alert, content=content, draft=out.draft, invocations=self.harness.canonical.for_run(ctx.run_id)).as_dict()
+            invocations = self._invocations(ending=terminal is RunState.FAILED)
+            aiops = evaluate_aiops(out.alert, content=content, draft=out.draft, invocations=invocations).as_dict()
             record.self_evaluation = {**(record.self_evaluation or _EMPTY_EVALUATION), "aiops_rule_evaluation": aiops}
             out.aiops_rule_evaluation = aiops
         events.emit("content", content)
@@ -312,8 +313,27 @@ class RunDriver:
             except ConfigError as exc:
                 se["rule_set_version"] = f"unavailable: {exc}"
         if se.get("tool_trace_summary") is None:
-            se["tool_trace_summary"] = tool_trace_summary(self.harness.canonical, self.record.run_id, None)
+            try:
+                se["tool_trace_summary"] = tool_trace_summary(self.harness.canonical, self.record.run_id, None)
+            except StoreError:
+                if self.record.status not in _ENDING_ANYWAY:
+                    raise
+                se["tool_trace_summary"] = []  # the canonical store is down: `record.error` says so
         return se
+
+    def _invocations(self, *, ending: bool) -> list[CanonicalInvocation]:
+        """The run's invocations; none when the canonical store is down (a Redis outage) and the
+        run is `ending` anyway (failed): its store failure must not stop it from ending."""
+        try:
+            return self.harness.canonical.for_run(self.ctx.run_id)
+        except StoreError:
+            if not ending:
+                raise
+            return []
+
+
+_ENDING_ANYWAY = frozenset({"FAILED", "CANCELLED"})
+"""Run statuses that end even when the canonical store cannot be read (its failure is the error)."""
 
 
 def _failed_calls(invocations: list[CanonicalInvocation]) -> list[CanonicalInvocation]:

@@ -2,9 +2,10 @@
 
 A `Runtime` owns the trace store (opened on first use; read-only for commands that only read
 when its file is not writable), the knowledge base (loaded once, under a lock), the canonical
-store, the circuit breakers (keyed per backend and target), the tool thread pool, the model
-clients (one per model name, reused by every run) and the live backends (built once per
-targets file checksum). `close()` closes them all, once; the runtime is a context manager:
+store (in-process, or in Redis when `redis_url` is set: built on first use), the circuit
+breakers (keyed per backend and target), the tool thread pool, the model clients (one per model
+name, reused by every run) and the live backends (built once per targets file checksum).
+`close()` closes them all, once; the runtime is a context manager:
 
     with Runtime.from_settings(load_settings(), environ=os.environ) as runtime:
         Harness(runtime).diagnose(...)
@@ -21,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from rootproof.backends.registry import ALL_SYSTEMS, BackendRegistry
 from rootproof.boundary.boundary import CircuitBreaker
@@ -77,7 +79,9 @@ class Runtime:
         entry point passes `os.environ`; default: none); `live_factory` builds live backends
         (default `rootproof.backends.live.open_live_backends`)."""
         self.settings = settings
-        self.canonical: CanonicalStore = canonical or InMemoryCanonicalStore()
+        if canonical is None and settings.redis_url:
+            _check_redis_url(settings.redis_url)  # a bad URL is a configuration error now, not at a run's first call
+        self._canonical = canonical
         self.breakers = breakers or CircuitBreaker()
         self._sink = sink
         self._kb = knowledge
@@ -111,8 +115,9 @@ class Runtime:
         return self._closed
 
     def close(self) -> None:
-        """Shut the tool pool down, close the live backends, the model clients and the trace
-        store; idempotent. Every part is closed even when one fails; the first error is raised."""
+        """Shut the tool pool down, close the live backends, the model clients, the trace store
+        and the canonical store (a Redis client); idempotent. Every part is closed even when one
+        fails; the first error is raised."""
         with self._lock:
             if self._closed:
                 return
@@ -121,6 +126,7 @@ class Runtime:
             live, self._live = list(self._live.values()), {}
             models, self._models = list(self._models.values()), {}
             sink = self._sink
+            canonical = self._canonical
         closers: list[Callable[[], object]] = []
         if pool is not None:
             closers.append(lambda: pool.shutdown(wait=False, cancel_futures=True))
@@ -128,6 +134,8 @@ class Runtime:
         closers += [m.close for m in models if callable(getattr(m, "close", None))]  # type: ignore[attr-defined]
         if callable(getattr(sink, "close", None)):
             closers.append(sink.close)  # type: ignore[union-attr]
+        if callable(getattr(canonical, "close", None)):
+            closers.append(canonical.close)  # type: ignore[union-attr]
         errors: list[BaseException] = []
         for close in closers:
             try:
@@ -142,6 +150,20 @@ class Runtime:
             raise RuntimeError("the runtime is closed")
 
     # -- stores ---------------------------------------------------------------------------
+    @property
+    def canonical(self) -> CanonicalStore:
+        """The canonical store: the one given, else the Redis store of `redis_url` (with
+        `canonical_ttl_s`; built on first use, it connects on its first call), else in-process."""
+        with self._lock:
+            if self._canonical is None:
+                url = self.settings.redis_url
+                if url:
+                    self._check_open()
+                    self._canonical = _redis_store(url, self.settings.canonical_ttl_s)
+                else:
+                    self._canonical = InMemoryCanonicalStore()
+            return self._canonical
+
     @property
     def sink(self) -> TraceSink:
         """The trace store (SQL by default; opened on first use)."""
@@ -343,6 +365,32 @@ class Runtime:
                 "(`rootproof models check` shows each check)"
             )
         return report.quirks
+
+
+def _check_redis_url(url: str) -> None:
+    """`ConfigError` naming `ROOTPROOF_REDIS_URL` for a URL redis-py cannot read (never quoting it:
+    it may hold the password)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port that is not a number in range raises here
+    except ValueError as exc:
+        raise ConfigError(f"ROOTPROOF_REDIS_URL: not a Redis URL ({exc})") from None
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        got = f"{parts.scheme}://" if parts.scheme else "none"
+        raise ConfigError(f"ROOTPROOF_REDIS_URL: not a Redis URL: expected the scheme redis://, rediss:// or unix:// (got {got})")
+
+
+def _redis_store(url: str, ttl_s: int) -> CanonicalStore:
+    try:
+        from rootproof.boundary.redis_store import RedisCanonicalStore
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "redis":
+            raise
+        raise ConfigError(
+            "ROOTPROOF_REDIS_URL: the Redis canonical store needs redis-py, which is not installed "
+            "(pip install 'rootproof[redis]')"
+        ) from None
+    return RedisCanonicalStore(url, ttl_s=ttl_s)
 
 
 class _LazyKnowledge:
