@@ -36,14 +36,17 @@ def test_core_and_runtime_import_no_driver() -> None:
 
 RIG = ("live/order_service.py", "live/bench/holder.py", "live/bench/recovery.py")
 """Modules outside the harness that may import psycopg/redis (see the test below)."""
-STORE_ADAPTERS = ("boundary/redis_store.py",)
-"""Store adapters of the harness that drive redis-py themselves (see the test below)."""
+STORE_ADAPTERS = ("boundary/redis_store.py", "service/cancel.py", "service/jobs.py")
+"""Store adapters that drive redis-py or psycopg themselves (see the test below): the Redis
+canonical store, and the service's cancellation bus (Redis pub/sub) and job queue (procrastinate
+on PostgreSQL)."""
 
 
 def test_only_live_backend_modules_import_psycopg_or_redis() -> None:
     """The live backends are the only drivers of the harness, with one store adapter: the Redis
     canonical store (`rootproof.boundary.redis_store`, imported only when `redis_url` is set, so
-    never by the core: the test above). Exempt, because they are not the
+    never by the core: the test above), and the service's two adapters (`rootproof.service.cancel`,
+    `rootproof.service.jobs`), imported only by `rootproof serve`. Exempt, because they are not the
     harness: the live benchmark's order service (`rootproof.live.order_service`, the system under
     diagnosis, run as its own process), an app with its own redis-py client; and the benchmark's
     rig, which holds faults and runs recoveries against the servers themselves, outside the
