@@ -21,6 +21,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import fields
 from datetime import datetime, timedelta
@@ -248,13 +249,21 @@ def _upgrade_engine(engine: Engine) -> None:
     try:
         cfg = _alembic_config()
         with engine.begin() as conn:
+            if engine.dialect.name == "postgresql":  # replicas starting together migrate one at a time
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(7402518)"))
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
     except sa.exc.SQLAlchemyError as exc:
-        # Another process may have created the schema at the same moment: fine if it is at head now.
-        with contextlib.suppress(sa.exc.SQLAlchemyError):
-            if _current_revision(engine) == _head_revision():
-                return
+        # Another process may be creating the schema at the same moment (`serve --workers N` on a
+        # new SQLite file): fine once it is at head.
+        deadline = time.monotonic() + 15
+        while True:
+            with contextlib.suppress(sa.exc.SQLAlchemyError):
+                if _current_revision(engine) == _head_revision():
+                    return
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         raise StoreOpenError(
             f"cannot upgrade the trace store schema at {_safe_url(engine.url)}: {_reason(exc)}"
         ) from exc
