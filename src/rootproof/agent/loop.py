@@ -356,7 +356,10 @@ def run_agent(
         )
         t0 = time.monotonic()
         try:
-            stepped: ModelTurn | None = steps.step(request)
+            with ctx.telemetry.chat(steps.inner, step_index=step, mode=request.mode) as chat:
+                answered = steps.step(request)
+                chat.usage(answered.usage)
+            stepped: ModelTurn | None = answered
         except RunCancelled:
             stepped = None
         except ModelUnavailable as exc:

@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -41,6 +42,7 @@ from rootproof.boundary.store import CanonicalInvocation, CanonicalStore, Invoca
 from rootproof.boundary.views import audit_record, control_view, model_observation
 from rootproof.errors import BackendError, BackendQueryError
 from rootproof.limits import clip_text
+from rootproof.observability.otel import OTHER_TOOL, ToolSpan
 from rootproof.run.context import RunContext
 from rootproof.run.events import EventStream
 from rootproof.run.records import TraceSink
@@ -218,18 +220,25 @@ class ToolBoundary:
 
     def call_many(self, requests: list[ToolCallRequest]) -> list[ToolOutcome]:
         """Check each call in order; execute the admitted ones in parallel (a sequential tool's calls one
-        after another, in request order); return outcomes in order."""
+        after another, in request order); return outcomes in order. Each call is an `execute_tool`
+        span of the run (a no-op unless tracing is on), from its admission to its outcome."""
+        with ExitStack() as stack:
+            telemetry = self.ctx.telemetry
+            spans = [stack.enter_context(telemetry.execute_tool(r.name if r.name in self.tools else OTHER_TOOL, r.call_id)) for r in requests]
+            return self._call_many(requests, spans)
+
+    def _call_many(self, requests: list[ToolCallRequest], spans: list[ToolSpan]) -> list[ToolOutcome]:
         admitted: list[tuple[int, CanonicalInvocation, ToolDefinition, BaseModel]] = []
         outcomes: list[ToolOutcome | None] = [None] * len(requests)
         for i, req in enumerate(requests):
             inv, tool, args = self._admit(req)
             if tool is None or args is None:
-                outcomes[i] = self._finish(inv, req.call_id)
+                outcomes[i] = self._finish(inv, req.call_id, spans[i])
             else:
                 admitted.append((i, inv, tool, args))
         if len(admitted) == 1:
             i, inv, tool, args = admitted[0]
-            outcomes[i] = self._finish(self._execute(inv, tool, args), requests[i].call_id)
+            outcomes[i] = self._finish(self._execute(inv, tool, args), requests[i].call_id, spans[i])
         elif admitted:
             # One lane per call, except that a sequential tool's calls share one lane in request
             # order: which of two lookups in a step gets a card must not depend on thread timing.
@@ -244,7 +253,7 @@ class ToolBoundary:
             try:
                 futures = {lane: pool.submit(self._run_lane, items) for lane, items in lanes.items()}
                 for i, *_ in admitted:
-                    outcomes[i] = self._finish(futures[lane_of[i]].result()[i], requests[i].call_id)
+                    outcomes[i] = self._finish(futures[lane_of[i]].result()[i], requests[i].call_id, spans[i])
             finally:
                 pool.shutdown(wait=False)
         return [o for o in outcomes if o is not None]
@@ -450,7 +459,7 @@ class ToolBoundary:
         inv.data_source = "mock" if "mock" in sources else (data_source if data_source in sources else sorted(sources)[0])
         inv.result_bytes = len(canonical_json(result).encode())
 
-    def _finish(self, inv: CanonicalInvocation, call_id: str) -> ToolOutcome:
+    def _finish(self, inv: CanonicalInvocation, call_id: str, span: ToolSpan) -> ToolOutcome:
         if inv.status is InvocationStatus.READY and inv.evidence_status != EvidenceStatus.DEDUPLICATED:
             self.ctx.progress.record_evidence()
         self.store.put(inv)
@@ -463,4 +472,5 @@ class ToolBoundary:
         outcome = ToolOutcome(invocation=inv, observation=obs, control=control, call_id=call_id)
         with self._lock:
             self.outcomes.append(outcome)
+        span.outcome(inv)
         return outcome

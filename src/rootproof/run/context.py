@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from rootproof.errors import BudgetExhausted, DeadlineExceeded, RunCancelled
+from rootproof.observability.otel import RunTelemetry
 from rootproof.run.lifecycle import TERMINAL_STATES, RunLifecycle, RunState
 
 __all__ = [
@@ -222,6 +223,8 @@ class RunContext:
     cancellation: RunCancellation = field(default_factory=RunCancellation)
     lifecycle: RunLifecycle = field(default_factory=RunLifecycle)
     progress: ProgressTracker = field(default_factory=ProgressTracker)
+    telemetry: RunTelemetry = field(default_factory=RunTelemetry)
+    """This run's OpenTelemetry spans: a no-op unless tracing is on (the driver sets it; docs/observability.md)."""
     _t0: float = field(default_factory=time.monotonic)
 
     GRACE_S = 1.0

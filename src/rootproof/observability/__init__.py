@@ -1,0 +1,1 @@
+"""Observability: OpenTelemetry tracing of runs (`rootproof.observability.otel`; docs/observability.md)."""
