@@ -91,7 +91,8 @@ class Service:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        """Load the targets file (when set), start the job worker and the cancellation bus."""
+        """Load the targets file (when set) and the knowledge base, build the model client,
+        start the job worker and the cancellation bus."""
         if self.settings.targets is not None:
             from rootproof.targets import load_targets
 
@@ -99,8 +100,17 @@ class Service:
                 self.targets = await asyncio.to_thread(load_targets, self.settings.targets)
             except ConfigError as exc:
                 raise ConfigError(f"ROOTPROOF_TARGETS: {exc}") from exc
+        # Warm up before the port answers ready: the knowledge base (the offline planner and
+        # `lookup_knowledge` read it), the model client and the card catalogue.
+        await asyncio.to_thread(self._warm_up)
         await self.jobs.start()
         await self.cancel_bus.start()
+
+    def _warm_up(self) -> None:
+        self.runtime.knowledge  # noqa: B018 - loads the cards and their index once
+        self.runtime.model()
+        self.runtime.taxonomy()
+        self.scenario_ids()
 
     async def stop(self) -> None:
         """Cancel the runs executing here, wait for them to reach a terminal state, stop."""
