@@ -121,3 +121,54 @@ def test_grafana_webhook(server: ThreadServer) -> None:
         wrong = c.post("/api/alerts/alertmanager", params={"scenario": "pg-row-lock"}, json=body, headers=auth(OPERATOR_KEY))
         assert wrong.status_code == 422 and wrong.json()["field"] == "version"
         assert c.post("/api/alerts/grafana", params={"scenario": "pg-row-lock"}, json=body, headers=auth(AUDITOR_KEY)).status_code == 403
+
+
+def test_a_job_is_idempotent_and_honours_a_cancellation_asked_while_it_waited(tmp_path: Path) -> None:
+    from rootproof.alerts import parse_alert
+    from rootproof.runtime import Runtime
+    from rootproof.service.auth import KeyRing
+    from rootproof.service.core import Evidence, Service
+    from rootproof.service.jobs import RunRequest
+
+    settings = load_settings(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 'rootproof.db'}", api_keys=API_KEYS)
+    raw = {
+        "version": "4",
+        "status": "firing",
+        "groupKey": "g1",
+        "alerts": [{"status": "firing", "labels": {"alertname": "OrderLatency", "severity": "critical"}, "startsAt": "2026-07-22T09:35:00Z"}],
+    }
+    with Runtime.from_settings(settings, environ={}) as runtime:
+        service = Service(settings, runtime, keyring=KeyRing.load(API_KEYS, None))
+        evidence = Evidence(scenario="pg-row-lock", targets=False)
+
+        def accepted(group: str) -> RunRequest:
+            run_id, duplicate = service.accept_alert(parse_alert(raw | {"groupKey": group}), raw | {"groupKey": group}, principal="key:x", evidence=evidence, source="alertmanager")
+            assert not duplicate
+            record = service.store.get_run(run_id)
+            assert record is not None and record.status is None and record.lifecycle_state == "CREATED"
+            return RunRequest(run_id=run_id, session_id=record.session_id, principal="key:x", scenario="pg-row-lock", alert=raw)
+
+        # A cancellation asked for while the job waited: the run ends CANCELLED when it is taken.
+        waiting = accepted("g-cancel")
+        assert service.store.request_cancel(waiting.run_id)
+        service.execute_job(waiting)
+        run = service.store.get_run(waiting.run_id)
+        assert run is not None and run.status == "CANCELLED" and run.release_outcome == "NONE"
+        # Run once; a second delivery of the same job changes nothing.
+        once = accepted("g-once")
+        service.execute_job(once)
+        first = service.store.get_run(once.run_id)
+        events = service.store.events(once.run_id)
+        service.execute_job(once)
+        assert service.store.get_run(once.run_id) == first and service.store.events(once.run_id) == events
+        assert first is not None and first.status == "SUCCESS" and [e.type for e in events][-1] == "done"
+        # A run an earlier attempt started (its worker is gone): closed FAILED, never run again.
+        lost = accepted("g-lost")
+        service.store.set_executor(lost.run_id, "gone-host:1")
+        service.execute_job(lost)
+        run = service.store.get_run(lost.run_id)
+        assert run is not None and run.status == "FAILED" and run.fallback_type == "INTERNAL_ERROR" and run.error and run.error.startswith("worker lost")
+        assert [e.type for e in service.store.events(lost.run_id)] == ["content", "done"]
+        # The same group within the window: the existing run, marked duplicate.
+        again = service.accept_alert(parse_alert(raw | {"groupKey": "g-once"}), raw | {"groupKey": "g-once"}, principal="key:x", evidence=evidence, source="alertmanager")
+        assert again == (once.run_id, True)
