@@ -1178,7 +1178,7 @@ class OfflinePlanner:
         service = str(alert.get("service") or "")
         if not service:
             errors = [svc for sev, svc, _ in lines if sev == 0]
-            service = max(set(errors), key=errors.count) if errors else ""
+            service = max(dict.fromkeys(errors), key=errors.count) if errors else ""
         picked = sorted((ln for ln in lines if ln[1] == service), key=lambda ln: ln[0])
         return [(svc, h) for _, svc, h in picked[:4]]
 
