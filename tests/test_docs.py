@@ -274,3 +274,12 @@ def test_docs_link_the_format_and_the_taxonomy() -> None:
     for doc in ("scenario-files.md", "taxonomy.md", "knowledge-cards.md", "alerts.md"):
         assert f"docs/{doc}" in readme, doc
     assert "## Adding mechanisms" in (DOCS / "knowledge-cards.md").read_text(encoding="utf-8")
+
+
+def test_every_setting_is_in_the_readme() -> None:
+    """Every `ROOTPROOF_*` setting the loader registers is named in README's Settings section."""
+    from rootproof.settings import Settings
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    missing = [f"ROOTPROOF_{f.upper()}" for f in Settings.model_fields if f"`{f.upper()}`" not in readme]
+    assert missing == []
