@@ -15,11 +15,13 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
-from fastapi import Body, Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi import Body, Depends, FastAPI, Header, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rootproof.alerts import AlertPayload, parse_alert
 from rootproof.errors import AlertError, ConfigError, UsageError
@@ -33,6 +35,11 @@ from rootproof.settings import Settings, load_settings
 __all__ = ["create_app", "app_from_environment", "is_loopback"]
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
+_MAX_SEQ = 2**53
+"""The largest event sequence number a client may resume after (`after`, `Last-Event-ID`)."""
+
+RunId = Annotated[str, Path(pattern=_ID, description="A run id.")]
+SessionId = Annotated[str, Path(pattern=_ID, description="A session id.")]
 
 
 class ChatRequest(BaseModel):
@@ -72,11 +79,42 @@ class CancelAnswer(BaseModel):
     state: str
 
 
+class FieldError(BaseModel):
+    """One failed check of a request's validation."""
+
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
 class Problem(BaseModel):
     """A 4xx answer: what is wrong and which field."""
 
     detail: str
     field: str | None = None
+    errors: list[FieldError] | None = Field(default=None, description="Request validation only: the failed checks (at most 20).")
+
+
+class Readiness(BaseModel):
+    """`GET /readyz` (200 ready, 503 not)."""
+
+    ready: bool
+    database: bool
+    migrations: bool
+    revision: str | None
+    redis: bool | None = Field(description="null when no Redis is configured.")
+    jobs: str
+
+
+_PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+
+
+def _problems(*codes: int, json_only: bool = False) -> dict[int | str, dict[str, Any]]:
+    """A route's `responses=`: each status answered with a `Problem`. `json_only` for routes
+    whose own media type is an event stream or HTML: their problems are still JSON."""
+    if json_only:
+        return {code: {"content": {"application/json": {"schema": dict(_PROBLEM_REF)}}} for code in codes}
+    return {code: {"model": Problem} for code in codes}
 
 
 def is_loopback(host: str) -> bool:
@@ -135,9 +173,10 @@ def create_app(
         lifespan=lifespan,
     )
 
-    @app.exception_handler(HTTPException)
-    async def _http_problem(_request: Request, exc: HTTPException) -> JSONResponse:
-        body = exc.detail if isinstance(exc.detail, dict) else {"detail": str(exc.detail), "field": None}
+    @app.exception_handler(StarletteHTTPException)  # also the framework's own (404 no route, 405, 400 unreadable body)
+    async def _http_problem(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # A 400 of FastAPI's own is a request body it could not read (not UTF-8, say).
+        body = exc.detail if isinstance(exc.detail, dict) else {"detail": str(exc.detail), "field": "(body)" if exc.status_code == 400 else None}
         return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
@@ -146,6 +185,8 @@ def create_app(
         first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
         loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
         field = ".".join(loc) or None
+        if first.get("type") == "json_invalid":  # its loc is the offset of the error, not a field
+            field = "(body)"
         detail = f"{field}: {first.get('msg')}" if field else str(first.get("msg"))
         safe = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in errors[:20]]
         return JSONResponse({"detail": detail, "field": field, "errors": safe}, status_code=422)
@@ -177,13 +218,18 @@ def _service(request: Request) -> Service:
     return service
 
 
-async def _principal(service: Annotated[Service, Depends(_service)], authorization: Annotated[str | None, Header()] = None) -> Principal:
+_BEARER = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer KEY` (ROOTPROOF_API_KEYS).")
+"""The API key scheme, declared so that the OpenAPI document and /docs know it (stateless)."""
+
+
+async def _principal(
+    service: Annotated[Service, Depends(_service)], credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
+) -> Principal:
     if service.no_auth:
         return LOOPBACK_PRINCIPAL
-    scheme, _, key = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():
+    if credentials is None:
         raise HTTPException(401, {"detail": "missing API key: send Authorization: Bearer KEY", "field": "Authorization"}, headers={"WWW-Authenticate": "Bearer"})
-    found = service.keyring.authenticate(key.strip())
+    found = service.keyring.authenticate(credentials.credentials)
     if found is None:
         raise HTTPException(401, {"detail": "unknown API key", "field": "Authorization"}, headers={"WWW-Authenticate": "Bearer"})
     return found
@@ -205,6 +251,34 @@ def _evidence(service: Service, scenario: str | None) -> Evidence:
         raise _problem(422, str(exc), "scenario") from None
 
 
+def _nul_field(value: Any) -> str | None:
+    """The first field of a JSON value whose text or name holds a NUL character (PostgreSQL
+    cannot store one: the request is refused up front), as a path (`alerts[0].labels.x`)."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str) and "\x00" in item:
+            return path or "(body)"
+        children: list[tuple[str, Any]] = []
+        if isinstance(item, dict):
+            for key, sub in item.items():
+                name = f"{path}.{key}" if path else str(key)
+                if "\x00" in str(key):
+                    return name.replace("\x00", "\\x00")
+                children.append((name, sub))
+        elif isinstance(item, list):
+            children = [(f"{path}[{i}]", sub) for i, sub in enumerate(item)]
+        stack.extend(reversed(children))
+    return None
+
+
+def _refuse_nul(data: Any) -> None:
+    """422 naming the first field of `data` that holds a NUL character."""
+    field = _nul_field(data)
+    if field is not None:
+        raise _problem(422, f"{field}: contains a NUL character (U+0000), which cannot be stored", field)
+
+
 def _alert_of(service: Service, data: Any, field_prefix: str) -> AlertPayload:
     try:
         return parse_alert(data, limits=service.settings.input_limits())
@@ -215,6 +289,7 @@ def _alert_of(service: Service, data: Any, field_prefix: str) -> AlertPayload:
 
 async def _prepared_chat(service: ServiceDep, who: Who, body: ChatRequest) -> RunRequest:
     _need(who, "ask")
+    _refuse_nul(body.model_dump(exclude_none=True))
     if body.session_id is not None:
         owner = await asyncio.to_thread(service.store.session_owner, body.session_id)
         if owner is not None and owner != who.name and who.role != "admin":
@@ -254,7 +329,7 @@ def _routes(app: FastAPI) -> None:
         "/api/chat",
         response_class=EventSourceResponse,
         tags=["runs"],
-        responses={401: {"model": Problem}, 403: {"model": Problem}, 404: {"model": Problem}, 422: {"model": Problem}},
+        responses=_problems(400, 401, 403, 404, 422, json_only=True),
     )
     async def chat(service: ServiceDep, request: Annotated[RunRequest, Depends(_prepared_chat)]) -> AsyncIterator[ServerSentEvent]:
         """Ask a question; the run's events stream back (metadata, status, tool, content, done).
@@ -279,28 +354,37 @@ def _routes(app: FastAPI) -> None:
             if not done:
                 local.cancellation.cancel("the client disconnected")
 
-    @app.get(
-        "/api/runs/{run_id}/events",
-        response_class=EventSourceResponse,
-        tags=["runs"],
-        responses={401: {"model": Problem}, 404: {"model": Problem}},
-    )
-    async def run_events(
+    async def events_after(
         service: ServiceDep,
         who: Who,
-        run_id: str,
-        last_event_id: Annotated[str | None, Header()] = None,
-        after: Annotated[int | None, Query(ge=0, description="Resume after this sequence number (as Last-Event-ID).")] = None,
-    ) -> AsyncIterator[ServerSentEvent]:
-        """A run's events from the log, after `Last-Event-ID` (or `after`), then live to `done`;
-        any replica serves any run."""
+        run_id: RunId,
+        last_event_id: Annotated[str | None, Header(description="Resume after this sequence number (an event's `id`).")] = None,
+        after: Annotated[int | None, Query(ge=0, le=_MAX_SEQ, description="Resume after this sequence number (as Last-Event-ID).")] = None,
+    ) -> int:
+        """Where a stream starts: checked before it starts, so that a 404 or 422 is an answer
+        of its own and not an empty stream."""
         await visible_run(service, who, run_id)
         start = after or 0
         if last_event_id:
             try:
                 start = max(0, int(last_event_id))
             except ValueError:
-                raise _problem(422, "Last-Event-ID: expected the sequence number of an event", "Last-Event-ID") from None
+                start = _MAX_SEQ + 1
+            if start > _MAX_SEQ:
+                raise _problem(422, "Last-Event-ID: expected the sequence number of an event", "Last-Event-ID")
+        return start
+
+    @app.get(
+        "/api/runs/{run_id}/events",
+        response_class=EventSourceResponse,
+        tags=["runs"],
+        responses=_problems(401, 404, 422, json_only=True),
+    )
+    async def run_events(
+        service: ServiceDep, run_id: RunId, start: int = Depends(events_after)  # a default: `events_after` is local (no string annotation)
+    ) -> AsyncIterator[ServerSentEvent]:
+        """A run's events from the log, after `Last-Event-ID` (or `after`), then live to `done`;
+        any replica serves any run."""
         try:
             async for item in follow_events(service.hub, service.store, run_id, start, heartbeat_s=service.settings.sse_heartbeat_s):
                 yield sse(item)
@@ -324,6 +408,7 @@ def _routes(app: FastAPI) -> None:
             raise _problem(422, "(body): not JSON", "(body)") from None
         try:
             payload = _alert_of(service, data, "")
+            _refuse_nul(data)
             if payload.source != source:
                 expected = "version \"4\"" if source == "alertmanager" else "title and state"
                 raise _problem(422, f"version: not an {source} webhook (expected {expected}); post it to /api/alerts/{payload.source}", "version")
@@ -353,7 +438,7 @@ def _routes(app: FastAPI) -> None:
         service.metrics.webhooks.labels(source, "duplicate" if duplicate else "accepted").inc()
         return AlertAccepted(run_ids=[run_id], duplicate=duplicate)
 
-    hook_responses: dict[int | str, dict[str, Any]] = {401: {"model": Problem}, 403: {"model": Problem}, 413: {"model": Problem}, 422: {"model": Problem}}
+    hook_responses = _problems(400, 401, 403, 413, 422)
 
     @app.post("/api/alerts/alertmanager", status_code=202, tags=["alerts"], responses=hook_responses)
     async def alertmanager(
@@ -379,8 +464,8 @@ def _routes(app: FastAPI) -> None:
         del payload
         return await webhook(service, who, request, "grafana", scenario)
 
-    @app.get("/api/runs/{run_id}", tags=["runs"], responses={401: {"model": Problem}, 404: {"model": Problem}})
-    async def get_run(service: ServiceDep, who: Who, run_id: str) -> RunView:
+    @app.get("/api/runs/{run_id}", tags=["runs"], responses=_problems(401, 404, 422))
+    async def get_run(service: ServiceDep, who: Who, run_id: RunId) -> RunView:
         """A run's lifecycle state, terminal status (null until terminal), outcome and content."""
         record = await visible_run(service, who, run_id)
         state = await asyncio.to_thread(service.run_state, record)
@@ -397,9 +482,9 @@ def _routes(app: FastAPI) -> None:
         "/api/runs/{run_id}/cancel",
         status_code=202,
         tags=["runs"],
-        responses={401: {"model": Problem}, 403: {"model": Problem}, 404: {"model": Problem}, 409: {"model": Problem}},
+        responses=_problems(401, 403, 404, 409, 422),
     )
-    async def cancel_run(service: ServiceDep, who: Who, run_id: str) -> CancelAnswer:
+    async def cancel_run(service: ServiceDep, who: Who, run_id: RunId) -> CancelAnswer:
         """Cancel a run wherever it executes (any replica)."""
         _need(who, "ask")
         record = await visible_run(service, who, run_id)
@@ -417,11 +502,11 @@ def _routes(app: FastAPI) -> None:
             raise _problem(404, "no such run in this session", "runId")
         return record
 
-    trace_responses: dict[int | str, dict[str, Any]] = {401: {"model": Problem}, 403: {"model": Problem}, 404: {"model": Problem}, 422: {"model": Problem}}
+    trace_responses = _problems(401, 403, 404, 422)
 
     @app.get("/api/diagnosis/{session_id}/trace", tags=["trace"], responses=trace_responses)
     async def trace(
-        service: ServiceDep, who: Who, session_id: str, run_id: Annotated[str, Query(alias="runId", max_length=64)]
+        service: ServiceDep, who: Who, session_id: SessionId, run_id: Annotated[str, Query(alias="runId", pattern=_ID)]
     ) -> dict[str, Any]:
         """A run's trace: the run, its steps, its invocations (metadata and evidence refs), the
         guards' results and what was released. Reasoning texts are not here (`/trace/reasoning`)."""
@@ -453,7 +538,7 @@ def _routes(app: FastAPI) -> None:
 
     @app.get("/api/diagnosis/{session_id}/trace/reasoning", tags=["trace"], responses=trace_responses)
     async def reasoning(
-        service: ServiceDep, who: Who, session_id: str, run_id: Annotated[str, Query(alias="runId", max_length=64)]
+        service: ServiceDep, who: Who, session_id: SessionId, run_id: Annotated[str, Query(alias="runId", pattern=_ID)]
     ) -> dict[str, Any]:
         """The reasoning audit of a run, by step (auditor or admin role only)."""
         _need(who, "audit")
@@ -461,7 +546,7 @@ def _routes(app: FastAPI) -> None:
         records = await asyncio.to_thread(service.store.reasoning, run_id)
         return {"session_id": session_id, "run_id": run_id, "records": records}
 
-    @app.get("/api/search/similar", tags=["knowledge"], responses={401: {"model": Problem}, 422: {"model": Problem}})
+    @app.get("/api/search/similar", tags=["knowledge"], responses=_problems(401, 422))
     async def similar(
         service: ServiceDep,
         who: Who,
@@ -474,7 +559,8 @@ def _routes(app: FastAPI) -> None:
             raise _problem(422, "q: expected a non-empty query", "q")
         from dataclasses import asdict
 
-        resp = await asyncio.to_thread(service.runtime.knowledge.search, q, top_k)
+        # The knowledge base loads on first use (seconds): in the worker thread, not the event loop.
+        resp = await asyncio.to_thread(lambda: service.runtime.knowledge.search(q, top_k))
         return {
             "query": q,
             "layer": resp.layer,
@@ -487,24 +573,24 @@ def _routes(app: FastAPI) -> None:
         """The process answers."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["ops"], responses={503: {"description": "Not ready"}})
+    @app.get("/readyz", tags=["ops"], response_model=Readiness, responses={503: {"model": Readiness, "description": "Not ready"}})
     async def readyz(service: ServiceDep) -> JSONResponse:
         """Ready: the database answers, its migrations are current, Redis answers (when configured)."""
         db = await asyncio.to_thread(service.store.readiness)
         redis_ok = await service.cancel_bus.ping()
         ready = bool(db["database"] and db["migrations"] and redis_ok is not False)
-        body = {"ready": ready, "database": db["database"], "migrations": db["migrations"], "revision": db["revision"], "redis": redis_ok, "jobs": service.jobs.name}
-        return JSONResponse(body, status_code=200 if ready else 503)
+        body = Readiness(ready=ready, database=db["database"], migrations=db["migrations"], revision=db["revision"], redis=redis_ok, jobs=service.jobs.name)
+        return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
-    @app.get("/metrics", tags=["ops"], response_class=Response)
+    @app.get("/metrics", tags=["ops"], response_class=Response, responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"}})
     async def metrics(service: ServiceDep) -> Response:
         """Prometheus metrics of this process."""
         from rootproof.service.metrics import CONTENT_TYPE
 
         return Response(service.metrics.render(), media_type=CONTENT_TYPE)
 
-    @app.get("/runs/{run_id}", response_class=HTMLResponse, tags=["trace"], responses={401: {"model": Problem}, 404: {"model": Problem}})
-    async def viewer(service: ServiceDep, who: Who, run_id: str) -> HTMLResponse:
+    @app.get("/runs/{run_id}", response_class=HTMLResponse, tags=["trace"], responses=_problems(401, 404, 422, json_only=True))
+    async def viewer(service: ServiceDep, who: Who, run_id: RunId) -> HTMLResponse:
         """One self-contained page: the run's question, route, timeline, claims and citations,
         guard verdicts and what the user received; reasoning only for auditors."""
         await visible_run(service, who, run_id)
