@@ -457,6 +457,9 @@ def key_of(events: list[Sse]) -> list[tuple[str | None, str | None, str]]:
 def stream_problem(events: list[Sse], run_id: str) -> str | None:
     """What is wrong with a run's whole stream, or None: ids 1..n, each event's data naming the
     run, its type and seq, one `done` and last."""
+    errors = [e for e in events if e.event == "error"]
+    if errors:
+        return f"an error event after {len(events) - len(errors)} events ({[e.event for e in events if e.event != 'error'][-2:]}...): {str(errors[0].data)[:300]}"
     ids = ids_of(events)
     if ids != [str(i) for i in range(1, len(events) + 1)]:
         return f"ids not 1..{len(events)}: {ids}"
