@@ -571,14 +571,13 @@ def scenario_questions() -> list[tuple[str, str]]:
     return [(p.name, load_scenario(p.name).question) for p in list_scenarios()]
 
 
-def counts(text: str, option: str) -> list[int]:
+def counts(text: str) -> list[int] | None:
+    """Comma-separated whole numbers of at least 1, or None."""
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise SystemExit(f"{option}: expected comma-separated whole numbers, got {text!r}") from None
-    if not values or any(v < 1 for v in values):
-        raise SystemExit(f"{option}: expected whole numbers of at least 1, got {text!r}")
-    return values
+        return None
+    return values if values and all(v >= 1 for v in values) else None
 
 
 async def bench(args: argparse.Namespace, server: Server, key: str, scenarios: list[tuple[str, str]], sizes: list[int]) -> dict[str, Any]:
@@ -641,17 +640,19 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None, help="Write the figures to this file as one JSON document.")
     ap.add_argument("--keep", action="store_true", help="Keep the server's data folder and log (kept anyway when a check fails).")
     args = ap.parse_args()
-    sizes = counts(args.n, "--n")
+    sizes = counts(args.n)
+    if sizes is None:
+        ap.error(f"--n: expected comma-separated whole numbers of at least 1, got {args.n!r}")
     if args.burst < 0:
-        raise SystemExit("--burst: expected a whole number of at least 0")
+        ap.error("--burst: expected a whole number of at least 0")
     if not 1 <= args.chat_concurrency <= 1024:
-        raise SystemExit("--chat-concurrency: expected 1..1024")
+        ap.error("--chat-concurrency: expected 1..1024")
     if not 0 <= args.worker_concurrency <= 256:
-        raise SystemExit("--worker-concurrency: expected 0..256")
+        ap.error("--worker-concurrency: expected 0..256")
     if args.burst and args.worker_concurrency == 0:
-        raise SystemExit("--worker-concurrency: 0 takes no jobs, so the webhook burst would never end (use --burst 0)")
+        ap.error("--worker-concurrency: 0 takes no jobs, so the webhook burst would never end (use --burst 0)")
     if args.poll <= 0:
-        raise SystemExit("--poll: expected a positive number of seconds")
+        ap.error("--poll: expected a positive number of seconds")
 
     scenarios = scenario_questions()
     key = "bench-" + secrets.token_urlsafe(24)
