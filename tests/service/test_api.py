@@ -46,7 +46,7 @@ def client(server: ThreadServer) -> Iterator[httpx.Client]:
 def _wait_terminal(client: httpx.Client, run_id: str, key: str = OPERATOR_KEY, timeout: float = 60) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        doc = client.get(f"/api/runs/{run_id}", headers=auth(key)).json()
+        doc: dict[str, Any] = client.get(f"/api/runs/{run_id}", headers=auth(key)).json()
         if doc.get("status") is not None:
             return doc
         time.sleep(0.1)
@@ -241,10 +241,15 @@ def test_a_run_that_failed_before_its_first_write_still_ends_terminal(server: Th
     """A chat run whose harness raised before its record was saved (under load: the store's
     first write refused) is closed from its request: a FAILED run, readable, with the
     INTERNAL_ERROR fallback and a `done` in its stream (not a stream that ends empty)."""
-    from rootproof.service.core import Evidence
+    from fastapi import FastAPI
 
-    service = server.server.config.app.state.service
+    from rootproof.service.core import Evidence, Service
+
+    app = server.server.config.app
+    assert isinstance(app, FastAPI)
+    service: Service = app.state.service
     who = service.keyring.authenticate(OPERATOR_KEY)
+    assert who is not None
     request = service.new_chat(message=SEED_QUESTION, session_id=None, principal=who.name, evidence=Evidence(scenario="payment-timeout", targets=False), alert=None)
     assert client.get(f"/api/runs/{request.run_id}", headers=auth(OPERATOR_KEY)).status_code == 404
     service._close_failed(request)
