@@ -46,7 +46,7 @@ def client(server: ThreadServer) -> Iterator[httpx.Client]:
 def _wait_terminal(client: httpx.Client, run_id: str, key: str = OPERATOR_KEY, timeout: float = 60) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        doc = client.get(f"/api/runs/{run_id}", headers=auth(key)).json()
+        doc: dict[str, Any] = client.get(f"/api/runs/{run_id}", headers=auth(key)).json()
         if doc.get("status") is not None:
             return doc
         time.sleep(0.1)
@@ -235,3 +235,30 @@ def test_cancel_through_the_api_and_heartbeats(slow_server: ThreadServer) -> Non
             rest = [ev for ev in read_sse(lines) if not ev.comment]
         assert rest[-1].event == "done" and rest[-1].data["data"]["status"] == "CANCELLED"  # type: ignore[index]
         assert c.post(f"/api/runs/{run_id}/cancel", headers=auth(OPERATOR_KEY)).status_code == 409
+
+
+def test_a_run_that_failed_before_its_first_write_still_ends_terminal(server: ThreadServer, client: httpx.Client) -> None:
+    """A chat run whose harness raised before its record was saved (under load: the store's
+    first write refused) is closed from its request: a FAILED run, readable, with the
+    INTERNAL_ERROR fallback and a `done` in its stream (not a stream that ends empty)."""
+    from fastapi import FastAPI
+
+    from rootproof.service.core import Evidence, Service
+
+    app = server.server.config.app
+    assert isinstance(app, FastAPI)
+    service: Service = app.state.service
+    who = service.keyring.authenticate(OPERATOR_KEY)
+    assert who is not None
+    request = service.new_chat(message=SEED_QUESTION, session_id=None, principal=who.name, evidence=Evidence(scenario="payment-timeout", targets=False), alert=None)
+    assert client.get(f"/api/runs/{request.run_id}", headers=auth(OPERATOR_KEY)).status_code == 404
+    service._close_failed(request)
+    run = client.get(f"/api/runs/{request.run_id}", headers=auth(OPERATOR_KEY)).json()
+    assert run["status"] == "FAILED" and run["state"] == "FAILED" and run["release_outcome"] == "FALLBACK"
+    assert run["session_id"] == request.session_id and run["content"]["fallback"]["type"] == "INTERNAL_ERROR"
+    assert run["content"]["fallback"]["message"] == "系统内部错误，未能完成诊断"  # the question's language
+    events = stream(client, "GET", f"/api/runs/{request.run_id}/events", headers=auth(OPERATOR_KEY))
+    assert [(e.id, e.event) for e in events] == [("1", "content"), ("2", "done")]
+    assert events[-1].data["data"]["status"] == "FAILED"  # type: ignore[index]
+    trace = client.get(f"/api/diagnosis/{request.session_id}/trace", params={"runId": request.run_id}, headers=auth(OPERATOR_KEY)).json()
+    assert trace["run"]["error"] == "the run failed outside the harness" and trace["run"]["question"] == SEED_QUESTION

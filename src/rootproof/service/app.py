@@ -348,6 +348,10 @@ def _routes(app: FastAPI) -> None:
                 if isinstance(item, EventRecord) and item.type == "done":
                     done = True
                 yield sse(item)
+            if not done:  # the run could not even be closed (its store failing): say so, with its id
+                yield ServerSentEvent(
+                    event="error", data={"type": "error", "run_id": request.run_id, "data": {"code": "STREAM_ERROR", "message": "the run ended without a done event"}}
+                )
         except Exception as exc:  # noqa: BLE001 - after the stream started, errors are events
             yield ServerSentEvent(event="error", data={"type": "error", "run_id": request.run_id, "data": {"code": "STREAM_ERROR", "message": type(exc).__name__}})
         finally:

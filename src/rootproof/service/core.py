@@ -189,7 +189,7 @@ class Service:
                 self._diagnose(request, local)
             except Exception:  # noqa: BLE001 - the harness ends runs itself; this is a last resort
                 log.exception("chat run %s failed outside the harness", request.run_id)
-                self._close_lost(request.run_id, "the run failed outside the harness")
+                self._close_failed(request)
             finally:
                 local.finish()
                 self.hub.remove(request.run_id)
@@ -249,14 +249,40 @@ class Service:
         local = self.hub.add(LocalRun(run_id=request.run_id))
         try:
             self._diagnose(request, local)
+        except Exception:  # noqa: BLE001 - as for chat runs: the run must still end terminal
+            log.exception("job run %s failed outside the harness", request.run_id)
+            self._close_failed(request)
         finally:
             local.finish()
             self.hub.remove(request.run_id)
 
-    def _close_lost(self, run_id: str, reason: str) -> None:
+    def _close_failed(self, request: RunRequest) -> None:
+        """Close a run that failed outside the harness (e.g. the store refused its first write),
+        never raising: the failure is logged, the run left to the orphan sweep."""
+        try:
+            self._close_lost(request.run_id, "the run failed outside the harness", request=request)
+        except Exception:  # noqa: BLE001 - the store may still be failing
+            log.exception("could not close run %s", request.run_id)
+
+    def _close_lost(self, run_id: str, reason: str, *, request: RunRequest | None = None) -> None:
         """Close a run its executor abandoned: FAILED with the INTERNAL_ERROR fallback, and the
-        `content` and `done` events its stream still lacks."""
+        `content` and `done` events its stream still lacks. A run whose record was never saved
+        (it failed before its first write) gets one from `request`: else it could not be read,
+        and its stream would end with no event at all."""
         record = self.store.get_run(run_id)
+        if record is None and request is not None:
+            from rootproof.harness import _language_of
+            from rootproof.limits import clip_text
+
+            question = clip_text(redact(request.question), self.settings.input_limits().question_chars)
+            record = RunRecord(
+                run_id=run_id,
+                session_id=request.session_id,
+                question=question,
+                language=_language_of(question),
+                scenario_id=request.scenario,
+                principal=request.principal,
+            )
         if record is None or record.status is not None:
             return
         content = SafeFallbackFactory.build(FallbackType.INTERNAL_ERROR, record.language)
