@@ -31,6 +31,7 @@ from rootproof.run.records import (
 )
 from rootproof.store import SqlTraceStore, upgrade
 from rootproof.store import models as m
+from rootproof.store.sql import SQLITE_BUSY_TIMEOUT_MS
 
 TABLES = {
     "chat_session",
@@ -584,7 +585,7 @@ def test_sqlite_store_creates_folder_and_uses_wal(tmp_path: Path) -> None:
         assert path.exists()
         with s.engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
-            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 5000
+            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == SQLITE_BUSY_TIMEOUT_MS == 30_000
 
 
 def test_in_memory_sqlite_is_shared_across_threads() -> None:

@@ -7,9 +7,11 @@ even a fallback could be built. Guard violations, reasoning and raw tool payload
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
+from rootproof.errors import StoreError
 from rootproof.run.records import EventRecord, TraceSink
 
 __all__ = ["EventStream"]
@@ -33,16 +35,28 @@ class EventStream:
         self._listeners.append(listener)
 
     def emit(self, type_: str, data: dict[str, Any]) -> EventRecord:
-        """Append one event."""
+        """Append one event: persisted first (a failed write is tried again twice; if it still
+        fails the sequence number is not used up, so the log never has a gap), then heard."""
         with self._lock:
-            self._seq += 1
-            record = EventRecord(run_id=self.run_id, seq=self._seq, type=type_, data=data)
+            record = EventRecord(run_id=self.run_id, seq=self._seq + 1, type=type_, data=data)
+            if self._sink is not None:
+                self._persist(record)
+            self._seq = record.seq
             self.events.append(record)
-        if self._sink is not None:
-            self._sink.add_event(record)
         for listener in self._listeners:
             listener(record)
         return record
+
+    def _persist(self, record: EventRecord) -> None:
+        assert self._sink is not None
+        for delay in (0.2, 1.0, None):
+            try:
+                self._sink.add_event(record)
+                return
+            except StoreError:
+                if delay is None:
+                    raise
+                time.sleep(delay)
 
     def types(self) -> list[str]:
         """Event types in order (tests, the seed story)."""

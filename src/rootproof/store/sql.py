@@ -73,8 +73,9 @@ log = logging.getLogger(__name__)
 SCRIPT_LOCATION = "rootproof.store:migrations"
 """Where Alembic finds the migrations: package data of `rootproof.store`."""
 
-SQLITE_BUSY_TIMEOUT_MS = 5000
-"""How long a SQLite writer waits for another writer's lock before failing."""
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+"""How long a SQLite writer waits for another process's write lock before failing (the threads
+of one process take turns on the store's own lock first, so this covers other processes only)."""
 
 ORPHAN_ERROR = "orphaned"
 """The `error` of a run the orphan sweep marked FAILED."""
@@ -339,11 +340,12 @@ class SqlTraceStore:
         self._url = _safe_url(parsed)
         self._dialect = self._engine.dialect.name
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
-        # An in-memory SQLite database is one shared connection: serialise access to it.
+        # SQLite has one writer at a time: the threads of this process take turns on a lock of
+        # the store's instead of racing for SQLite's (a writer descheduled under load on few cores
+        # would make the others wait out the busy timeout: "database is locked"). An in-memory
+        # database is one shared connection: every access takes the lock.
         self._lock: contextlib.AbstractContextManager[Any] = (
-            threading.RLock()
-            if parsed.get_backend_name() == "sqlite" and _sqlite_memory(parsed)
-            else contextlib.nullcontext()
+            threading.RLock() if parsed.get_backend_name() == "sqlite" else contextlib.nullcontext()
         )
         try:
             if upgrade and not read_only:
