@@ -624,6 +624,23 @@ async def bench(args: argparse.Namespace, server: Server, key: str, scenarios: l
     }
 
 
+def cli_baseline(k: int, scenarios: list[tuple[str, str]], home: Path) -> dict[str, Any]:
+    """What a user would otherwise run: `rootproof diagnose --scenario ID --json`, one process per
+    question, `k` of them one after another (the same cycled scenarios, a data folder of its own)."""
+    exe = Path(sys.executable).with_name("rootproof")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "rootproof.cli"]
+    env = {k_: v for k_, v in os.environ.items() if not k_.startswith("ROOTPROOF_")} | {"ROOTPROOF_HOME": str(home)}
+    subprocess.run([*cmd, "diagnose", "--scenario", scenarios[0][0], "--json"], env=env, capture_output=True, check=False)  # warm-up: the index cache
+    t0 = time.perf_counter()
+    failed = 0
+    for i in range(k):
+        sid, question = scenarios[i % len(scenarios)]
+        p = subprocess.run([*cmd, "diagnose", "--scenario", sid, "--json", "--", question], env=env, capture_output=True, check=False)
+        failed += p.returncode != 0
+    wall = time.perf_counter() - t0
+    return {"runs": k, "wall_s": round(wall, 3), "runs_per_s": round(k / wall, 3) if wall else None, "failed": failed}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", default="10,50,200", help="Concurrent chat streams per phase, comma-separated (default 10,50,200).")
@@ -638,6 +655,7 @@ def main() -> int:
     ap.add_argument("--worker-concurrency", type=int, default=worker_default, help=f"ROOTPROOF_WORKER_CONCURRENCY of the server (default {worker_default}, the service's).")
     ap.add_argument("--poll", type=float, default=0.5, help="Seconds between GET /api/runs/{id} polls of a webhook run (default 0.5).")
     ap.add_argument("--json", type=Path, default=None, help="Write the figures to this file as one JSON document.")
+    ap.add_argument("--baseline", type=int, default=10, help="CLI runs (`rootproof diagnose`, one process each) to compare with (default 10; 0 skips).")
     ap.add_argument("--keep", action="store_true", help="Keep the server's data folder and log (kept anyway when a check fails).")
     args = ap.parse_args()
     sizes = counts(args.n)
@@ -653,6 +671,8 @@ def main() -> int:
         ap.error("--worker-concurrency: 0 takes no jobs, so the webhook burst would never end (use --burst 0)")
     if args.poll <= 0:
         ap.error("--poll: expected a positive number of seconds")
+    if args.baseline < 0:
+        ap.error("--baseline: expected a whole number of at least 0")
 
     scenarios = scenario_questions()
     key = "bench-" + secrets.token_urlsafe(24)
@@ -673,6 +693,22 @@ def main() -> int:
         result = asyncio.run(bench(args, server, key, scenarios, sizes))
     finally:
         server.stop()
+    if args.baseline:
+        progress(f"baseline: {args.baseline} runs of `rootproof diagnose --scenario ID --json`, one process each")
+        base = cli_baseline(args.baseline, scenarios, home / "cli")
+        best = max((p for p in result["phases"] if p.get("kind") == "chat"), key=lambda p: p.get("runs_per_s") or 0, default=None)
+        ratio = round(best["runs_per_s"] / base["runs_per_s"], 2) if best and base["runs_per_s"] else None
+        base["service_best_chat_runs_per_s"] = best["runs_per_s"] if best else None
+        base["ratio"] = ratio
+        result["baseline_cli"] = base
+        failed_note = f"  ({base['failed']} failed)" if base["failed"] else ""
+        print(
+            f"baseline       {base['runs']} CLI runs (one process each, sequential) {base['wall_s']:.2f} s  {base['runs_per_s']} runs/s"
+            f"{failed_note}; the service's best chat phase {base['service_best_chat_runs_per_s']} runs/s = {ratio}x",
+            flush=True,
+        )
+        if base["failed"]:
+            result["failures"].append(f"baseline: {base['failed']} CLI run(s) failed")
     failures: list[str] = result["failures"]
     errors = result["http"]["errors"]
     server_5xx = sum(n for c, n in errors.items() if c.isdigit() and int(c) >= 500)
