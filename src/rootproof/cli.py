@@ -602,6 +602,11 @@ def models_check(as_json: JsonOpt = False) -> None:
         raise typer.Exit(code)
 
 
+GRACEFUL_SHUTDOWN_S = 10
+"""`serve` on SIGTERM: open streams get this long to end; then their runs are cancelled (a
+client's disconnect) and every run still executing reaches its terminal state before exit."""
+
+
 @app.command()
 @guarded
 def serve(
@@ -616,15 +621,30 @@ def serve(
     if no_auth and not is_loopback(host):
         raise UsageError(f"--no-auth binds to loopback only; --host {host} is not a loopback address")
     settings = load_settings()
-    create_app(settings, no_auth=no_auth)  # the keys, settings and targets are checked before binding
+    create_app(settings, no_auth=no_auth)  # the keys and settings are checked before binding
+    if settings.targets is not None:  # and the targets file
+        from rootproof.targets import load_targets
+
+        try:
+            load_targets(settings.targets)
+        except ConfigError as exc:
+            raise ConfigError(f"ROOTPROOF_TARGETS: {exc}") from exc
     import uvicorn
 
     status(f"rootproof serve on http://{host}:{port} ({workers} worker{'s' if workers > 1 else ''}{', no auth' if no_auth else ''})", "dim")
     if workers > 1:
         os.environ["ROOTPROOF_SERVE_NO_AUTH"] = "1" if no_auth else "0"
-        uvicorn.run("rootproof.service.app:app_from_environment", factory=True, host=host, port=port, workers=workers, log_level="warning")
+        uvicorn.run(
+            "rootproof.service.app:app_from_environment",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level="warning",
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        )
     else:
-        uvicorn.run(create_app(settings, no_auth=no_auth), host=host, port=port, log_level="warning")
+        uvicorn.run(create_app(settings, no_auth=no_auth), host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
 
 
 @app.command("hash-key")

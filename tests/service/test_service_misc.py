@@ -172,3 +172,66 @@ def test_a_job_is_idempotent_and_honours_a_cancellation_asked_while_it_waited(tm
         # The same group within the window: the existing run, marked duplicate.
         again = service.accept_alert(parse_alert(raw | {"groupKey": "g-once"}), raw | {"groupKey": "g-once"}, principal="key:x", evidence=evidence, source="alertmanager")
         assert again == (once.run_id, True)
+
+
+def test_bodies_are_capped_before_auth_and_parsing(tmp_path: Path) -> None:
+    settings = load_settings(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 'rootproof.db'}", api_keys=API_KEYS, max_alert_bytes=4096)
+    with ThreadServer(create_app(settings, environ={})) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+        # A declared length above the cap: 413 at once, nothing read (no key needed to be refused).
+        import socket
+
+        t0 = time.monotonic()
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
+            sock.sendall(b"POST /api/alerts/alertmanager HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n{}")
+            received = b""
+            while chunk := sock.recv(65536):
+                received += chunk
+            answer = received.decode("utf-8", "replace")
+        assert answer.startswith("HTTP/1.1 413") and '"field": "(body)"' in answer and "ROOTPROOF_MAX_ALERT_BYTES" in answer
+        assert time.monotonic() - t0 < 5
+
+        def chunks() -> Iterator[bytes]:
+            for _ in range(64):
+                yield b"x" * 1024
+
+        # Chunked, no length: counted as it arrives and refused past the cap.
+        r = c.post("/api/alerts/alertmanager", content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413
+        r = c.post("/api/chat", content=chunks(), headers={**auth(OPERATOR_KEY), "content-type": "application/json"})
+        assert r.status_code in (413, 422)  # 64 KiB is under the chat cap: parsed and refused as bad JSON
+        # Nested lists deep enough to hit the recursion limit of a JSON parser: 4xx, never 500.
+        deep = b'{"version": "4", "status": "firing", "alerts": [{"x": ' + b"[" * 950 + b"]" * 950 + b"}]}"
+        r = c.post("/api/alerts/alertmanager", params={"scenario": "pg-row-lock"}, content=deep, headers={**auth(OPERATOR_KEY), "content-type": "application/json"})
+        assert 400 <= r.status_code < 500, r.text
+        assert r.headers.get("cache-control") == "no-store" or r.status_code == 413
+
+
+def test_sessions_are_claimed_once_and_groups_are_per_sender(server: ThreadServer) -> None:
+    import uuid
+
+    from .support import ADMIN_KEY, OPERATOR2_KEY
+
+    session = f"s-{uuid.uuid4()}"
+    body = {"message": "why is checkout slow", "scenario": "pg-row-lock", "session_id": session}
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        events = stream(c, "POST", "/api/chat", json=body, headers=auth(OPERATOR_KEY))
+        assert events[0].data["data"]["session_id"] == session  # type: ignore[index]
+        assert c.post("/api/chat", json=body, headers=auth(OPERATOR2_KEY)).status_code == 404
+        assert c.post("/api/chat", json=body, headers=auth(ADMIN_KEY)).status_code == 404
+        again = stream(c, "POST", "/api/chat", json=body, headers=auth(OPERATOR_KEY))
+        assert again[0].data["data"]["session_id"] == session  # type: ignore[index]
+        assert c.get(f"/api/runs/{again[0].data['data']['run_id']}", headers=auth(OPERATOR_KEY)).headers["cache-control"] == "no-store"  # type: ignore[index]
+        hook = {
+            "version": "4",
+            "status": "firing",
+            "groupKey": f"shared-{session}",
+            "alerts": [{"status": "firing", "labels": {"alertname": "X", "severity": "warning"}, "startsAt": "2026-07-22T09:35:00Z"}],
+        }
+        first = c.post("/api/alerts/alertmanager", params={"scenario": "pg-row-lock"}, json=hook, headers=auth(OPERATOR2_KEY)).json()
+        mine = c.post("/api/alerts/alertmanager", params={"scenario": "pg-row-lock"}, json=hook, headers=auth(OPERATOR_KEY)).json()
+        assert first["duplicate"] is False and mine["duplicate"] is False and first["run_ids"] != mine["run_ids"]
+
+
+def test_a_key_given_two_roles_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigError, match="configured twice"):
+        KeyRing.load(f"{OPERATOR_KEY}:operator,{OPERATOR_KEY}:auditor", None)

@@ -34,6 +34,9 @@ from rootproof.settings import Settings, load_settings
 
 __all__ = ["create_app", "app_from_environment", "is_loopback"]
 
+CHAT_BODY_BYTES = 1 << 20
+"""A chat body's cap beside its alert (a message of at most 100 000 characters is well under it)."""
+
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
 _MAX_SEQ = 2**53
 """The largest event sequence number a client may resume after (`after`, `Last-Event-ID`)."""
@@ -152,8 +155,13 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # The default executor carries every store read of the API (`asyncio.to_thread`); jobs
+        # and chat runs have pools of their own, so they never starve it.
+        from concurrent.futures import ThreadPoolExecutor
+
         from rootproof.runtime import Runtime
 
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=64, thread_name_prefix="api"))
         own = runtime is None
         rt = runtime if runtime is not None else Runtime.from_settings(settings, environ=env)
         service = Service(settings, rt, keyring=keyring, no_auth=no_auth)
@@ -172,6 +180,22 @@ def create_app(
         summary="Diagnose production incidents; publish only what the evidence proves.",
         lifespan=lifespan,
     )
+    from rootproof.service.limits import BodyLimit
+
+    # Before routing, authentication and parsing: no request makes the server hold more than this.
+    alert_cap = (settings.max_alert_bytes, "ROOTPROOF_MAX_ALERT_BYTES")
+    app.add_middleware(
+        BodyLimit,  # type: ignore[arg-type]
+        caps={"/api/alerts/": alert_cap, "/api/chat": (settings.max_alert_bytes + CHAT_BODY_BYTES, "ROOTPROOF_MAX_ALERT_BYTES plus 1 MiB")},
+        default=(CHAT_BODY_BYTES, "the 1 MiB request cap"),
+    )
+
+    @app.middleware("http")
+    async def _no_store(request: Request, call_next: Any) -> Any:
+        response = await call_next(request)
+        if request.url.path.startswith(("/api/", "/runs/")):
+            response.headers.setdefault("Cache-Control", "no-store")
+        return response
 
     @app.exception_handler(StarletteHTTPException)  # also the framework's own (404 no route, 405, 400 unreadable body)
     async def _http_problem(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -290,13 +314,14 @@ def _alert_of(service: Service, data: Any, field_prefix: str) -> AlertPayload:
 async def _prepared_chat(service: ServiceDep, who: Who, body: ChatRequest) -> RunRequest:
     _need(who, "ask")
     _refuse_nul(body.model_dump(exclude_none=True))
-    if body.session_id is not None:
-        owner = await asyncio.to_thread(service.store.session_owner, body.session_id)
-        if owner is not None and owner != who.name and who.role != "admin":
-            raise _problem(404, "no such session", "session_id")
     found = _evidence(service, body.scenario)
     if body.alert is not None:
         _alert_of(service, body.alert, "alert")
+    if body.session_id is not None:
+        # Claimed atomically: a session belongs to the key that opened it, admins included.
+        owner = await asyncio.to_thread(service.store.claim_session, body.session_id, who.name)
+        if owner != who.name:
+            raise _problem(404, "no such session", "session_id")
     return service.new_chat(message=body.message, session_id=body.session_id, principal=who.name, evidence=found, alert=body.alert)
 
 
@@ -329,7 +354,7 @@ def _routes(app: FastAPI) -> None:
         "/api/chat",
         response_class=EventSourceResponse,
         tags=["runs"],
-        responses=_problems(400, 401, 403, 404, 422, json_only=True),
+        responses=_problems(400, 401, 403, 404, 413, 422, json_only=True),
     )
     async def chat(service: ServiceDep, request: Annotated[RunRequest, Depends(_prepared_chat)]) -> AsyncIterator[ServerSentEvent]:
         """Ask a question; the run's events stream back (metadata, status, tool, content, done).
@@ -407,7 +432,7 @@ def _routes(app: FastAPI) -> None:
             raise _problem(413, f"the payload is larger than {cap} bytes (ROOTPROOF_MAX_ALERT_BYTES)", "(body)")
         try:
             data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             service.metrics.webhooks.labels(source, "malformed").inc()
             raise _problem(422, "(body): not JSON", "(body)") from None
         try:
@@ -415,7 +440,7 @@ def _routes(app: FastAPI) -> None:
             _refuse_nul(data)
             if payload.source != source:
                 expected = "version \"4\"" if source == "alertmanager" else "title and state"
-                raise _problem(422, f"version: not an {source} webhook (expected {expected}); post it to /api/alerts/{payload.source}", "version")
+                raise _problem(422, f"version: not a {source} webhook (expected {expected}); post it to /api/alerts/{payload.source}", "version")
         except HTTPException:
             service.metrics.webhooks.labels(source, "malformed").inc()
             raise
@@ -428,21 +453,26 @@ def _routes(app: FastAPI) -> None:
 
             record = await asyncio.to_thread(service.store.get_run, run_id)
             assert record is not None
-            await service.jobs.defer(
-                RunRequest(
-                    run_id=run_id,
-                    session_id=record.session_id,
-                    principal=who.name,
-                    scenario=found.scenario,
-                    targets=found.targets,
-                    alert=redact_value(data),
-                    kind="webhook",
+            try:
+                await service.jobs.defer(
+                    RunRequest(
+                        run_id=run_id,
+                        session_id=record.session_id,
+                        principal=who.name,
+                        scenario=found.scenario,
+                        targets=found.targets,
+                        alert=redact_value(data),
+                        kind="webhook",
+                    )
                 )
-            )
+            except Exception as exc:  # noqa: BLE001 - the sender retries a 503; the claim is released
+                await asyncio.to_thread(service.refuse_alert, run_id, f"the job queue refused the run: {type(exc).__name__}")
+                service.metrics.webhooks.labels(source, "queue_unavailable").inc()
+                raise _problem(503, "the job queue is unavailable; the alert was not queued (retry later)", None) from None
         service.metrics.webhooks.labels(source, "duplicate" if duplicate else "accepted").inc()
         return AlertAccepted(run_ids=[run_id], duplicate=duplicate)
 
-    hook_responses = _problems(400, 401, 403, 413, 422)
+    hook_responses = _problems(400, 401, 403, 413, 422, 503)
 
     @app.post("/api/alerts/alertmanager", status_code=202, tags=["alerts"], responses=hook_responses)
     async def alertmanager(
@@ -486,7 +516,7 @@ def _routes(app: FastAPI) -> None:
         "/api/runs/{run_id}/cancel",
         status_code=202,
         tags=["runs"],
-        responses=_problems(401, 403, 404, 409, 422),
+        responses=_problems(400, 401, 403, 404, 409, 413, 422),
     )
     async def cancel_run(service: ServiceDep, who: Who, run_id: RunId) -> CancelAnswer:
         """Cancel a run wherever it executes (any replica)."""

@@ -106,6 +106,11 @@ class KeyRing:
                 if len(digest) != 32:
                     raise ConfigError(f"{where}: the digest is not 64 hex digits")
                 entries.append((digest, _role(parts[2], where)))
+        seen: set[bytes] = set()
+        for n, (digest, _given) in enumerate(entries, start=1):
+            if digest in seen:
+                raise ConfigError(f"ROOTPROOF_API_KEYS / ROOTPROOF_API_KEYS_FILE: key {n} (in order: the variable, then the file) is configured twice; give each key one role")
+            seen.add(digest)
         return cls(entries)
 
     def authenticate(self, key: str) -> Principal | None:

@@ -113,14 +113,39 @@ class Service:
         self.scenario_ids()
 
     async def stop(self) -> None:
-        """Cancel the runs executing here, wait for them to reach a terminal state, stop."""
+        """Stop taking jobs, cancel the runs executing here, wait for them to reach a terminal
+        state (bounded), then close the queue. Jobs still waiting in an in-process queue are
+        closed CANCELLED (a durable queue, procrastinate, keeps them for the next worker)."""
+        await self.jobs.stop_fetching()
         runs = self.hub.cancel_all("the server is shutting down")
         deadline = time.monotonic() + 15
         for run in runs:
             await asyncio.to_thread(run.finished.wait, max(0.0, deadline - time.monotonic()))
+        for request in await self.jobs.stop():
+            await asyncio.to_thread(self._close_unstarted, request.run_id)
+        self.hub.cancel_all("the server is shutting down")
         await self.cancel_bus.stop()
-        await self.jobs.stop()
         self._chat_pool.shutdown(wait=False, cancel_futures=True)
+
+    def _close_unstarted(self, run_id: str) -> None:
+        """A queued job the server will not run (shutdown): its run ends CANCELLED, with its `done`."""
+        record = self.store.get_run(run_id)
+        if record is None or record.status is not None:
+            return
+        now = utcnow()
+        record.lifecycle_state = "CANCELLED"
+        record.status = "CANCELLED"
+        record.release_outcome = "NONE"
+        record.error = "cancelled: the server shut down before the job started"
+        record.ended_at = now
+        record.duration_ms = 0
+        self.store.save_run(record)
+        events = self.store.events(run_id)
+        if not any(e.type == "done" for e in events):
+            seq = events[-1].seq if events else 0
+            self.store.add_event(
+                EventRecord(run_id=run_id, seq=seq + 1, type="done", data={"release_outcome": "NONE", "status": "CANCELLED", "duration_ms": 0, "tokens": 0})
+            )
 
     # -- evidence -------------------------------------------------------------------------
     def scenario_ids(self) -> set[str]:
@@ -209,7 +234,8 @@ class Service:
         group_key = raw.get("groupKey")
         window = self.settings.alert_dedup_window_s
         if isinstance(group_key, str) and group_key and window > 0:
-            digest = hashlib.sha256(f"{source}\0{group_key}".encode()).hexdigest()
+            # One sender's group: another key posting the same groupKey never silences it.
+            digest = hashlib.sha256(f"{source}\0{principal}\0{evidence.scenario or ''}\0{group_key}".encode()).hexdigest()
             holder = self.store.claim_alert_group(digest, run_id, window_s=window)
             if holder is not None:
                 return holder, True
@@ -227,6 +253,12 @@ class Service:
             )
         )
         return run_id, False
+
+    def refuse_alert(self, run_id: str, reason: str) -> None:
+        """The queue refused a webhook's run: close it FAILED and release its group, so the
+        sender's retry (it got a 503) starts a run of its own."""
+        self.store.release_alert_group(run_id)
+        self._close_lost(run_id, reason)
 
     def execute_job(self, request: RunRequest) -> None:
         """A worker's job: run the diagnosis once; on a retry after a lost worker, close the run.

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
@@ -64,12 +65,17 @@ class JobQueue(Protocol):
     async def defer(self, request: RunRequest) -> None:
         """Queue one run."""
 
-    async def stop(self) -> None:
-        """Stop the worker (running jobs finish or are retried elsewhere) and close."""
+    async def stop_fetching(self) -> None:
+        """Take no new job (shutdown, first step)."""
+
+    async def stop(self) -> list[RunRequest]:
+        """Wait for the running jobs (bounded) and close; returns the jobs that will not run
+        here and are not kept by the queue (an in-process queue's waiting jobs)."""
 
 
 class InProcessJobs:
-    """The embedded default: jobs on a bounded thread pool of this process."""
+    """The embedded default: jobs on a bounded thread pool of this process (not durable: a job
+    still waiting when the process stops is handed back by `stop` and its run closed)."""
 
     name = "in-process"
 
@@ -77,25 +83,43 @@ class InProcessJobs:
         self._execute = execute
         self._pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="job")
         self._pending: set[asyncio.Future[None]] = set()
+        self._waiting: dict[str, RunRequest] = {}
+        self._lock = threading.Lock()
+        self._closing = False
 
     async def start(self) -> None:
         """Nothing to open."""
 
     async def defer(self, request: RunRequest) -> None:
+        if self._closing:
+            raise RuntimeError("the job queue is shutting down")
+        with self._lock:
+            self._waiting[request.run_id] = request
         future = asyncio.get_running_loop().run_in_executor(self._pool, self._run, request)
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
 
     def _run(self, request: RunRequest) -> None:
+        with self._lock:
+            if self._closing or self._waiting.pop(request.run_id, None) is None:
+                return  # handed back by stop()
         try:
             self._execute(request)
         except Exception:  # noqa: BLE001 - a job's failure is recorded on its run
             log.exception("job for run %s failed", request.run_id)
 
-    async def stop(self) -> None:
+    async def stop_fetching(self) -> None:
+        with self._lock:
+            self._closing = True
+
+    async def stop(self) -> list[RunRequest]:
+        with self._lock:
+            self._closing = True
+            unstarted, self._waiting = list(self._waiting.values()), {}
         if self._pending:
             await asyncio.wait(list(self._pending), timeout=15)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        return unstarted
 
 
 def libpq_dsn(sqlalchemy_url: str) -> str:
@@ -122,8 +146,12 @@ class ProcrastinateJobs:
         self._dsn = dsn
         self.app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn, min_size=1, max_size=max(4, concurrency + 2)))
 
-        def diagnose(request: dict[str, Any]) -> None:
-            self._execute(RunRequest.model_validate(request))
+        # The runs execute on a pool of their own (procrastinate would run a sync task on the
+        # event loop's default executor, which the API's store reads need).
+        self._pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="job")
+
+        async def diagnose(request: dict[str, Any]) -> None:
+            await asyncio.get_running_loop().run_in_executor(self._pool, self._execute, RunRequest.model_validate(request))
 
         self._task = self.app.task(name=TASK_NAME, queue=QUEUE)(diagnose)
         self._tasks: list[asyncio.Task[Any]] = []
@@ -182,10 +210,17 @@ class ProcrastinateJobs:
     async def defer(self, request: RunRequest) -> None:
         await self._task.defer_async(request=request.model_dump(mode="json"))
 
-    async def stop(self) -> None:
+    async def stop_fetching(self) -> None:
+        """Ask the worker to stop (it takes no new job and waits for the running ones)."""
+        for task in self._tasks:
+            task.cancel()
+
+    async def stop(self) -> list[RunRequest]:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(BaseException):
-                await task
+                await asyncio.wait_for(task, timeout=20)
         await self.app.close_async()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        return []  # waiting jobs stay in PostgreSQL for the next worker

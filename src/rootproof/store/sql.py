@@ -603,6 +603,20 @@ class SqlTraceStore:
                     return None
         raise StoreError(f"trace store at {self._url} could not claim an alert group for run {run_id}")
 
+    def release_alert_group(self, run_id: str) -> None:
+        """Forget the alert group `run_id` holds (its run was never queued)."""
+        with self._session(f"release the alert group of run {run_id}") as s:
+            s.execute(sa.delete(AlertGroup).where(AlertGroup.run_id == run_id))
+
+    def claim_session(self, session_id: str, owner: str) -> str:
+        """Open `session_id` for `owner` unless it exists; returns its owner (one statement, so
+        two principals racing for a new id cannot both pass an ownership check)."""
+        row = {"session_id": session_id, "owner": owner, "created_at": utcnow()}
+        with self._session(f"claim session {session_id}") as s:
+            s.execute(self._upsert(ChatSession, row, "session_id", update=False))
+            found = s.get(ChatSession, session_id)
+            return found.owner if found is not None else owner
+
     def readiness(self) -> dict[str, Any]:
         """`{database: bool, migrations: bool, revision, head}` for readiness probes; never raises."""
         head = _head_revision()
