@@ -30,13 +30,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import math
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from rootproof.service.process import ServeProcess, start_serve
 
 TERMINAL_TIMEOUT_S = 900.0
 """How long a run may take to reach a terminal state before the bench calls it lost."""
@@ -78,12 +78,6 @@ def fmt(x: float | None, width: int = 7) -> str:
     return f"{'-':>{width}}" if x is None else f"{x:{width}.2f}"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def shown_url(url: str) -> str:
     """A database URL without its password."""
     from sqlalchemy.engine import make_url
@@ -97,49 +91,12 @@ def shown_url(url: str) -> str:
 # -- the server -----------------------------------------------------------------------------
 
 
-@dataclass
-class Server:
-    """`rootproof serve` as a process of its own."""
-
-    proc: subprocess.Popen[bytes]
-    url: str
-    log: Path
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
-    def log_tail(self, chars: int = 3000) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
-
-
-def serve(env: dict[str, str], home: Path) -> Server:
+def serve(env: dict[str, str], home: Path) -> ServeProcess:
     """Start `rootproof serve` on a free loopback port and wait for `/readyz`."""
-    port = free_port()
-    exe = Path(sys.executable).with_name("rootproof")
-    base = [str(exe)] if exe.exists() else [sys.executable, "-m", "rootproof.cli"]
-    log = home / "serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([*base, "serve", "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT)
-    server = Server(proc=proc, url=f"http://127.0.0.1:{port}", log=log)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"rootproof serve exited with {proc.returncode}:\n{server.log_tail()}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(server.url + "/readyz", timeout=2).status_code == 200:
-                return server
-        time.sleep(0.2)
-    server.stop()
-    raise SystemExit(f"rootproof serve did not become ready in 120 s:\n{server.log_tail()}")
+    try:
+        return start_serve(env, home / "serve.log")
+    except RuntimeError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def service_env(home: Path, key: str, args: argparse.Namespace) -> dict[str, str]:
@@ -580,7 +537,7 @@ def counts(text: str) -> list[int] | None:
     return values if values and all(v >= 1 for v in values) else None
 
 
-async def bench(args: argparse.Namespace, server: Server, key: str, scenarios: list[tuple[str, str]], sizes: list[int]) -> dict[str, Any]:
+async def bench(args: argparse.Namespace, server: ServeProcess, key: str, scenarios: list[tuple[str, str]], sizes: list[int]) -> dict[str, Any]:
     biggest = max([*sizes, args.burst])
     # Idle connections expire well before uvicorn's 5 s keep-alive timeout: with both at 5 s a
     # request can go out on a connection the server is closing (a ReadError, not the service's).

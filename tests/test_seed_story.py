@@ -23,6 +23,17 @@ SEED_FALLBACK = {
 }
 
 
+SEED_EVENTS = [
+    ("metadata", None),
+    ("status", "ROUTING"),
+    ("status", "DIAGNOSIS_RUNNING"),
+    ("status", "SAFETY_VALIDATING"),
+    ("content", "SAFE_FALLBACK"),
+    ("done", "FALLBACK"),
+]
+"""The seed story's public events without `tool` (seed 002, section 9): the CLI's and the SSE's."""
+
+
 @pytest.mark.parametrize("question", ["支付接口最近出现超时"])
 def test_payment_timeout_seed_story(tmp_path: object, question: str) -> None:
     sink = MemoryTraceSink()
@@ -39,14 +50,7 @@ def test_payment_timeout_seed_story(tmp_path: object, question: str) -> None:
     assert (out.status, out.release_outcome) == ("SUCCESS", "FALLBACK")
     assert out.content == SEED_FALLBACK
     public = [(e["type"], e["data"].get("phase") or e["data"].get("content_type") or e["data"].get("release_outcome")) for e in out.events if e["type"] != "tool"]
-    assert public == [
-        ("metadata", None),
-        ("status", "ROUTING"),
-        ("status", "DIAGNOSIS_RUNNING"),
-        ("status", "SAFETY_VALIDATING"),
-        ("content", "SAFE_FALLBACK"),
-        ("done", "FALLBACK"),
-    ]
+    assert public == SEED_EVENTS
     run = sink.runs[out.run_id]
     assert (run.status, run.release_outcome, run.fallback_type) == ("SUCCESS", "FALLBACK", "EVIDENCE_VALIDATION_FAILED")
     steps = [s for s in sink.steps if s.run_id == out.run_id]

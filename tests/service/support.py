@@ -10,9 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +20,7 @@ from typing import Any
 import httpx
 
 from conftest import _unavailable
+from rootproof.service.process import ServeProcess, free_port, start_serve
 
 OPERATOR_KEY = "op-key-0123456789abcdef"
 OPERATOR2_KEY = "op2-key-0123456789abcdef"
@@ -35,13 +33,6 @@ ROOT = Path(__file__).resolve().parents[2]
 def auth(key: str) -> dict[str, str]:
     """The Authorization header of `key`."""
     return {"Authorization": f"Bearer {key}"}
-
-
-def free_port() -> int:
-    """A free TCP port on loopback."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -126,48 +117,12 @@ def service_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-@dataclass
-class ProcessServer:
-    """`rootproof serve` as a process of its own."""
-
-    proc: subprocess.Popen[bytes]
-    url: str
-    log: Path
-
-    def kill(self) -> None:
-        """SIGKILL: nothing of it runs its shutdown."""
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill()
+ProcessServer = ServeProcess
 
 
-def serve_process(env: dict[str, str], log: Path) -> ProcessServer:
-    """Start `rootproof serve` on a free port and wait for `/readyz`."""
-    port = free_port()
-    exe = Path(sys.executable).with_name("rootproof")
-    cmd = [str(exe), "serve", "--port", str(port)] if exe.exists() else [sys.executable, "-m", "rootproof.cli", "serve", "--port", str(port)]
-    out = log.open("wb")
-    proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"rootproof serve exited with {proc.returncode}: {log.read_text(errors='replace')[-2000:]}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                return ProcessServer(proc=proc, url=url, log=log)
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError(f"rootproof serve did not become ready: {log.read_text(errors='replace')[-2000:]}")
+def serve_process(env: dict[str, str], log: Path) -> ServeProcess:
+    """Start `rootproof serve` on a free port and wait for `/readyz` (`rootproof.service.process`)."""
+    return start_serve(env, log, ready_s=90, cwd=ROOT)
 
 
 def redis_or_skip(url: str = "redis://127.0.0.1:6379/0") -> str:

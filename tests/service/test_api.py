@@ -11,6 +11,7 @@ import pytest
 
 from rootproof.service.app import create_app
 from rootproof.settings import load_settings
+from test_seed_story import SEED_EVENTS
 
 from .support import (
     ADMIN_KEY,
@@ -57,14 +58,7 @@ def test_chat_streams_the_seed_story_then_its_trace(client: httpx.Client) -> Non
     events = stream(client, "POST", "/api/chat", json={"message": SEED_QUESTION, "scenario": "payment-timeout"}, headers=auth(OPERATOR_KEY))
     public = [e for e in events if e.event != "tool"]
     shape = [(e.event, (e.data or {}).get("data", {}).get("phase") or (e.data or {}).get("data", {}).get("content_type") or (e.data or {}).get("data", {}).get("release_outcome")) for e in public]
-    assert shape == [
-        ("metadata", None),
-        ("status", "ROUTING"),
-        ("status", "DIAGNOSIS_RUNNING"),
-        ("status", "SAFETY_VALIDATING"),
-        ("content", "SAFE_FALLBACK"),
-        ("done", "FALLBACK"),
-    ]
+    assert shape == SEED_EVENTS
     for e in events:
         assert e.data is not None and e.event == e.data["type"]
     ids = [int(e.id or 0) for e in events]
