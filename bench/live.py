@@ -42,9 +42,9 @@ from rootproof.run.records import MemoryTraceSink
 from rootproof.targets import LogsTarget, NginxTarget, PostgresTarget, PrometheusTarget, RedisTarget
 from rootproof.tools.base import TOOLS
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from backends import prom_env  # noqa: E402  (the tests' Prometheus starter, reused)
-from backends.procs import free_port, stop_process  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root, for the tests package
+from tests.backends import prom_env  # noqa: E402  (the tests' Prometheus starter, reused)
+from tests.backends.procs import free_port, stop_process  # noqa: E402
 
 PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS_URL = "redis://127.0.0.1:6379/0"

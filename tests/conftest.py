@@ -1,5 +1,13 @@
 """Shared fixtures.
 
+Every test starts from a known environment (`_environment`, autouse): no `ROOTPROOF_*` setting
+of the calling shell except `ROOTPROOF_TEST_*` and `ROOTPROOF_REQUIRE_SERVICES`, `ROOTPROOF_HOME`
+a fresh folder, and `ROOTPROOF_KB_INDEX_DIR` the knowledge-base index cache of the whole test
+run (`kb_index_dir`): every card is encoded once per run, by whichever worker needs it first; a
+test that must see a cold build gives `KnowledgeBase.load` a cache folder of its own.
+`runtime` is a Runtime on a fresh data folder, closed after the test; `make_runtime` builds
+more (closed after the test too).
+
 Database servers (trace store tests): `pg_url` and `mysql_url` create a fresh, uniquely named
 database on the local PostgreSQL / MariaDB server for the test session and drop it afterwards.
 They skip when the server is unreachable, or fail when `ROOTPROOF_REQUIRE_SERVICES=1`.
@@ -12,65 +20,81 @@ to keys under a prefix of their own and delete them (the server is shared).
 from __future__ import annotations
 
 import os
-import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
-DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-DEFAULT_MYSQL_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+from tests.services import (
+    DEFAULT_MYSQL_URL,
+    DEFAULT_PG_URL,
+    DEFAULT_REDIS_URL,
+    fresh_database,
+    services_required,
+    unavailable,
+)
 
+if TYPE_CHECKING:
+    from rootproof.runtime import Runtime
+    from rootproof.settings import Settings
 
-def _services_required() -> bool:
-    return os.environ.get("ROOTPROOF_REQUIRE_SERVICES", "") == "1"
-
-
-def _unavailable(what: str) -> NoReturn:
-    if _services_required():
-        pytest.fail(
-            f"{what} (ROOTPROOF_REQUIRE_SERVICES=1: start the server or unset the variable)", pytrace=False
-        )
-    pytest.skip(what)
+KEPT_VARIABLES = ("ROOTPROOF_TEST_", "ROOTPROOF_REQUIRE_SERVICES")
+"""The `ROOTPROOF_*` variables a test sees from the shell that runs pytest."""
 
 
-def _fresh_database(env_var: str, default: str, create: str, drop: str) -> Iterator[str]:
-    """Create `rootproof_test_<random>` on the server named by `env_var`, yield its URL, drop it."""
-    server = make_url(os.environ.get(env_var, default))
-    shown = server.render_as_string(hide_password=True)
-    name = f"rootproof_test_{secrets.token_hex(4)}"
-    connect_args = {"connect_timeout": 5}
-    try:
-        admin = sa.create_engine(server, isolation_level="AUTOCOMMIT", connect_args=connect_args)
-    except ImportError as exc:
-        problem = f"no driver for {server.drivername} ({exc})"
-    else:
-        try:
-            with admin.connect() as conn:
-                conn.execute(sa.text(create.format(name=name)))
-            problem = ""
-        except sa.exc.SQLAlchemyError as exc:
-            admin.dispose()
-            reason = getattr(exc, "orig", None) or exc
-            problem = f"database server {shown} ({env_var}) unreachable or refused CREATE DATABASE: {reason}"
-    if problem:
-        _unavailable(problem)
-    try:
-        yield server.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(drop.format(name=name)))
-        admin.dispose()
+@pytest.fixture(scope="session")
+def kb_index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The knowledge-base index cache shared by every test of this run (and every xdist worker:
+    the folder sits beside the workers' own temporary folders). Entries are named by content
+    and written atomically, so workers that build the same card at once do no harm."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = root / "kb-index"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _environment(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory, kb_index_dir: Path) -> None:
+    """No `ROOTPROOF_*` setting leaks in from the shell; a fresh `ROOTPROOF_HOME`; the shared index."""
+    for name in list(os.environ):
+        if name.startswith("ROOTPROOF_") and not name.startswith(KEPT_VARIABLES):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("ROOTPROOF_HOME", str(tmp_path_factory.mktemp("home")))
+    monkeypatch.setenv("ROOTPROOF_KB_INDEX_DIR", str(kb_index_dir))
+
+
+@pytest.fixture
+def make_runtime() -> Iterator[Callable[..., Runtime]]:
+    """`make_runtime(settings=None, **parts)`: `Runtime.from_settings`, every one closed after the test."""
+    from rootproof.runtime import Runtime
+    from rootproof.settings import load_settings
+
+    built: list[Runtime] = []
+
+    def make(settings: Settings | None = None, /, **parts: Any) -> Runtime:
+        runtime = Runtime.from_settings(settings if settings is not None else load_settings(), **parts)
+        built.append(runtime)
+        return runtime
+
+    yield make
+    for runtime in reversed(built):
+        runtime.close()
+
+
+@pytest.fixture
+def runtime(make_runtime: Callable[..., Runtime], tmp_path: Path) -> Runtime:
+    """A Runtime on a fresh data folder (`tmp_path / "home"`), closed after the test."""
+    from rootproof.settings import load_settings
+
+    return make_runtime(load_settings(data_dir=tmp_path / "home"))
 
 
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """URL of a fresh PostgreSQL database for this test session (dropped afterwards)."""
-    yield from _fresh_database(
+    yield from fresh_database(
         "ROOTPROOF_TEST_PG_URL",
         DEFAULT_PG_URL,
         "CREATE DATABASE {name} ENCODING 'UTF8' TEMPLATE template0",
@@ -81,7 +105,7 @@ def pg_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def mysql_url() -> Iterator[str]:
     """URL of a fresh MariaDB/MySQL database for this test session (dropped afterwards)."""
-    yield from _fresh_database(
+    yield from fresh_database(
         "ROOTPROOF_TEST_MYSQL_URL",
         DEFAULT_MYSQL_URL,
         "CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
@@ -96,12 +120,12 @@ def redis_url() -> str:
     try:
         import redis
     except ImportError as exc:
-        _unavailable(f"redis-py is not installed ({exc})")
+        unavailable(f"redis-py is not installed ({exc})")
     client = redis.Redis.from_url(DEFAULT_REDIS_URL, socket_connect_timeout=2, socket_timeout=5, driver_info=None)
     try:
         client.ping()
     except redis.RedisError as exc:
-        _unavailable(f"Redis at {DEFAULT_REDIS_URL} unreachable: {exc}")
+        unavailable(f"Redis at {DEFAULT_REDIS_URL} unreachable: {exc}")
     finally:
         client.close()
     return DEFAULT_REDIS_URL
@@ -120,7 +144,7 @@ def shared_data() -> Path:
         pytest.skip("ROOTPROOF_TEST_SHARED_DATA is not set (the shared data folder)")
     path = Path(raw)
     if not path.is_dir():
-        if _services_required():
+        if services_required():
             pytest.fail(f"ROOTPROOF_TEST_SHARED_DATA={raw}: not a folder", pytrace=False)
         pytest.skip(f"ROOTPROOF_TEST_SHARED_DATA={raw}: not a folder")
     return path

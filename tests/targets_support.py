@@ -32,7 +32,8 @@ CLOSED_AFTER_HANGING: list[str] = []
 """Names of HangingBackends closed (by their own thread, once the server let their check return)."""
 
 DRIVER = (
-    "import sys, targets_support, rootproof.targets_check as c\n"
+    "import sys, rootproof.targets_check as c\n"
+    "from tests import targets_support\n"
     "c.open_live_backends = targets_support.tcp_factory\n"
     "from rootproof.cli import main\n"
     "sys.argv = ['rootproof', *sys.argv[1:]]\n"

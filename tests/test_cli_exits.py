@@ -20,20 +20,21 @@ from pathlib import Path
 
 import pytest
 
-from models.fake_openai_server import completion, serve
 from rootproof.harness import Harness
 from rootproof.run.records import RunRecord
 from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_scenario
 from rootproof.settings import load_settings
 from rootproof.store import SqlTraceStore
+from tests.models.fake_openai_server import completion, serve
+from tests.services import inherited_env
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILTIN = ROOT / "src" / "rootproof" / "scenarios" / "builtin"
 
 
 def rp(*args: str, home: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")}
+    base = inherited_env()
     base |= {"ROOTPROOF_HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.run(
         [sys.executable, "-m", "rootproof.cli", *args],
@@ -202,7 +203,7 @@ def test_a_signal_cancels_the_run_and_it_is_persisted_cancelled(
 ) -> None:
     with serve() as fake:
         fake.otherwise = completion(content="too late", delay_s=30)  # a model that never answers in time
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")}
+        env = inherited_env()
         env |= {
             "ROOTPROOF_HOME": str(tmp_path),
             "ROOTPROOF_MODEL": "openai",
@@ -250,7 +251,7 @@ def test_a_signal_cancels_the_run_and_it_is_persisted_cancelled(
 
 def test_a_closed_pipe_ends_quietly(recorded: tuple[Path, str], tmp_path: Path) -> None:
     db, run_id = recorded
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")}
+    env = inherited_env()
     env |= {
         "ROOTPROOF_HOME": str(tmp_path),
         "ROOTPROOF_DATABASE_URL": f"sqlite:///{db}",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from test_cli_exits import rp
+from tests.test_cli_exits import rp
 
 BAD = "targets:\n  - {name: orders-db, kind: postgres}\n"
 

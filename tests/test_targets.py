@@ -18,12 +18,13 @@ from typing import Literal, get_args, get_origin
 import pytest
 from pydantic.fields import FieldInfo
 
-import targets_support as ts
 from rootproof import targets_check
 from rootproof.backends import live
 from rootproof.errors import ConfigError
 from rootproof.targets import _MODELS, KINDS, LOG_FIELDS, MAX_TARGETS_FILE_BYTES, PostgresTarget, load_targets
 from rootproof.targets_check import check_targets
+from tests import targets_support as ts
+from tests.services import inherited_env
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "rootproof.targets.yaml"
@@ -32,7 +33,7 @@ SECRET = "hunter2-Sup3rSecret"
 
 def rp(*args: str, driver: bool = False, **env: str) -> subprocess.CompletedProcess[str]:
     """The CLI in a subprocess (with `tcp_factory` as its backend factory when `driver`)."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_") and not k.endswith("_PASSWORD")}
+    base = {k: v for k, v in inherited_env().items() if not k.endswith("_PASSWORD")}
     base |= {"PYTHONPATH": os.pathsep.join(sys.path)}
     head = ["-c", ts.DRIVER] if driver else ["-m", "rootproof.cli"]
     return subprocess.run([sys.executable, *head, *args], capture_output=True, text=True, env=base | env, cwd=ROOT, timeout=120)

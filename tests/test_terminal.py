@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.services import inherited_env
+
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = "a\x1b[2Jb\x1b]0;t\x07c\rd\x9b31me\u202ef\x00g\x7fh"
 
@@ -39,7 +41,7 @@ def test_kb_search_escapes_a_hostile_card_title(tmp_path: Path) -> None:
         'title: "Disk \\e[2J\\e]0;owned\\a full"',
     )
     (cards / "disk-full-mine.md").write_text(text, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")}
+    env = inherited_env()
     env |= {
         "ROOTPROOF_HOME": str(tmp_path / "home"),
         "ROOTPROOF_CARDS_DIR": str(cards),

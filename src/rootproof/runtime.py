@@ -217,7 +217,7 @@ class Runtime:
 
                 extra = [self.settings.cards_dir] if self.settings.cards_dir else []
                 self._kb = KnowledgeBase.load(
-                    extra, cache_dir=self.settings.data_dir / "kb-index", max_card_bytes=self.settings.max_card_bytes
+                    extra, cache_dir=self.settings.resolved_kb_index_dir(), max_card_bytes=self.settings.max_card_bytes
                 )
             return self._kb
 

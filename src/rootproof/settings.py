@@ -89,6 +89,10 @@ class Settings(BaseSettings):
     """A folder of extra knowledge cards (Markdown with front matter) used beside the built-in ones."""
     data_dir: Path = Field(default_factory=default_data_dir)
     """Where the default SQLite store and built indexes live."""
+    kb_index_dir: Path | None = None
+    """The knowledge-base index cache (a folder per card: its chunks' tokens and embeddings).
+    Default: `kb-index/` in the data folder. Several data folders may share one (CI jobs,
+    test sessions, replicas): entries are named by content and written atomically."""
     targets: Path | None = None
     """A targets file (YAML or TOML): the live systems `diagnose` and `tool call` read when
     neither `--targets` nor `--scenario` is given. Default: none (no live backend)."""
@@ -156,6 +160,10 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{self.data_dir / 'rootproof.db'}"
+
+    def resolved_kb_index_dir(self) -> Path:
+        """The knowledge-base index cache folder: `kb_index_dir`, else `<data_dir>/kb-index`."""
+        return self.kb_index_dir if self.kb_index_dir is not None else self.data_dir / "kb-index"
 
     def resolved_live_root(self) -> Path:
         """The folder of the live environment's run folders: `live_root`, else `<data_dir>/live`."""
@@ -232,7 +240,7 @@ def _source(field: str, path: Path | None, init: dict[str, Any], overrides: dict
 
 def _check_folders(settings: Settings, path: Path | None, init: dict[str, Any], overrides: dict[str, Any]) -> None:
     """A folder setting that names something else (a file) is a configuration error, named."""
-    for field in ("data_dir", "cards_dir", "live_root"):
+    for field in ("data_dir", "cards_dir", "live_root", "kb_index_dir"):
         folder = getattr(settings, field)
         if folder is not None and folder.exists() and not folder.is_dir():
             raise ConfigError(f"{_source(field, path, init, overrides)}: {folder} is not a folder")

@@ -19,7 +19,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from conftest import _unavailable
+from tests.services import unavailable
 
 from .procs import free_port, stop_process
 
@@ -65,7 +65,7 @@ def private_redis(*extra: str, maxclients: int = 8, password: str | None = None)
     replaced by that folder); stop it by its pid afterwards."""
     exe = shutil.which("redis-server")
     if exe is None:
-        _unavailable("redis-server is not installed")
+        unavailable("redis-server is not installed")
     folder = Path(tempfile.mkdtemp(prefix="rootproof-redis-"))
     log = folder / "redis.log"
     conf = folder / "redis.conf"  # the password goes in a file, not on the command line
@@ -79,7 +79,7 @@ def private_redis(*extra: str, maxclients: int = 8, password: str | None = None)
         deadline = time.monotonic() + 15
         while "Ready to accept connections" not in (log.read_text(errors="replace") if log.exists() else ""):
             if proc.poll() is not None or time.monotonic() > deadline:
-                _unavailable(f"redis-server did not start on port {port} (exit {proc.poll()}; log {log})")
+                unavailable(f"redis-server did not start on port {port} (exit {proc.poll()}; log {log})")
             time.sleep(0.02)
         yield PrivateRedis(port=port, folder=folder, log=log, pid=proc.pid, password=password)
     finally:

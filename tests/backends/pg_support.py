@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from conftest import DEFAULT_PG_URL, _unavailable
+from tests.services import DEFAULT_PG_URL, unavailable
 
 SERVER = os.environ.get("ROOTPROOF_TEST_PG_URL", DEFAULT_PG_URL).replace("postgresql+psycopg://", "postgresql://")
 
@@ -36,7 +36,7 @@ def private_database() -> Iterator[str]:
         with psycopg.connect(SERVER, autocommit=True, connect_timeout=5) as admin:
             admin.execute(sql.SQL("CREATE DATABASE {} ENCODING 'UTF8' TEMPLATE template0").format(sql.Identifier(name)))
     except psycopg.Error as exc:
-        _unavailable(f"PostgreSQL at {SERVER} unreachable or refused CREATE DATABASE: {exc}")
+        unavailable(f"PostgreSQL at {SERVER} unreachable or refused CREATE DATABASE: {exc}")
     dsn = make_conninfo(SERVER, dbname=name)
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:

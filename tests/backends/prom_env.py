@@ -188,9 +188,9 @@ def _wait_ready(env: PromEnv, min_scrapes: int) -> None:
 
 
 def _skip_or_fail(what: str) -> None:
-    from conftest import _unavailable  # tests/conftest.py, on sys.path under pytest
+    from tests.services import unavailable
 
-    _unavailable(what)
+    unavailable(what)
 
 
 def _start_or_skip() -> PromEnv:

@@ -16,13 +16,15 @@ from typing import Any
 
 import pytest
 
+from tests.services import inherited_env
+
 from .pg_support import private_database, row_lock
 
 pytestmark = pytest.mark.services
 
 
 def _cli(args: list[str], home: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")}
+    env = inherited_env()
     env |= {"ROOTPROOF_HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.run([sys.executable, "-m", "rootproof.cli", *args], capture_output=True, text=True, env=env, timeout=timeout)
 

@@ -22,10 +22,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from conftest import _unavailable
 from rootproof.backends.live.postgres import PostgresBackend
 from rootproof.targets import PostgresTarget
 from rootproof.tools.base import BackendResult, InspectPostgresArgs
+from tests.services import unavailable
 
 from .pg_support import FreezableProxy
 from .procs import free_port
@@ -49,7 +49,7 @@ def _as_postgres(*cmd: str) -> None:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     if not (BIN / "initdb").exists() or (os.geteuid() == 0 and not shutil.which("runuser")):
-        _unavailable(f"no PostgreSQL binaries at {BIN} to start a private cluster")
+        unavailable(f"no PostgreSQL binaries at {BIN} to start a private cluster")
     base = Path(tempfile.mkdtemp(prefix="rootproof-pg-"))  # not under pytest's 0700 folder: postgres owns it
     if os.geteuid() == 0:
         pg = pwd.getpwnam("postgres")
@@ -78,7 +78,7 @@ def cluster() -> Iterator[Cluster]:
             _as_postgres(str(BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop")
         shutil.rmtree(base, ignore_errors=True)
         detail = exc.stderr.decode(errors="replace") if isinstance(exc, subprocess.CalledProcessError) and exc.stderr else ""
-        _unavailable(f"could not start a private PostgreSQL cluster: {exc} {detail}")
+        unavailable(f"could not start a private PostgreSQL cluster: {exc} {detail}")
     try:
         yield Cluster(primary=f"postgresql://postgres@127.0.0.1:{p1}/postgres", standby=f"postgresql://postgres@127.0.0.1:{p2}/postgres")
     finally:

@@ -22,12 +22,12 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from conftest import _unavailable
 from rootproof.backends.live.postgres import PostgresBackend
 from rootproof.backends.live.postgres_log import parse_records
 from rootproof.errors import BackendQueryError, BackendUnavailable
 from rootproof.targets import PostgresTarget, TargetCheck
 from rootproof.tools.base import BackendResult, InspectPostgresArgs
+from tests.services import unavailable
 
 from .pg_support import SERVER, FreezableProxy, private_database
 from .procs import free_port
@@ -73,7 +73,7 @@ def pooled(dsn: str) -> Iterator[str]:
     """A private PgBouncer (transaction pooling, one server connection, startup options dropped)
     in front of the private database; yields its conninfo, stopped by its pid afterwards."""
     if not os.access(PGBOUNCER, os.X_OK):
-        _unavailable(f"pgbouncer is not installed ({PGBOUNCER}; apt-get install pgbouncer)")
+        unavailable(f"pgbouncer is not installed ({PGBOUNCER}; apt-get install pgbouncer)")
     params = conninfo_to_dict(dsn)
     user, db = str(params.get("user") or "postgres"), str(params["dbname"])
     base = Path(tempfile.mkdtemp(prefix="rootproof-pgb-"))
@@ -269,7 +269,7 @@ def test_a_sql_ascii_database_is_usable() -> None:
         with psycopg.connect(SERVER, autocommit=True, connect_timeout=5) as admin:
             admin.execute(sql.SQL("CREATE DATABASE {} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0").format(sql.Identifier(name)))
     except psycopg.Error as exc:
-        _unavailable(f"PostgreSQL at {SERVER} unreachable or refused CREATE DATABASE: {exc}")
+        unavailable(f"PostgreSQL at {SERVER} unreachable or refused CREATE DATABASE: {exc}")
     backend = _backend(make_conninfo(SERVER, dbname=name), timeout_s=3)
     try:
         check = backend.check()

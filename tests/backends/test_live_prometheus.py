@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from conftest import _unavailable
 from rootproof.backends.live import prometheus as prom_module
 from rootproof.backends.live.prometheus import (
     MAX_POINTS,
@@ -40,6 +39,7 @@ from rootproof.run.records import MemoryTraceSink
 from rootproof.targets import PrometheusTarget
 from rootproof.tools.base import MAX_SINCE, QueryMetricsArgs, parse_since
 from rootproof.tools.refs import ref_text
+from tests.services import unavailable
 
 from .prom_env import PromEnv, _spawn, free_port, prometheus_env  # noqa: F401
 
@@ -66,7 +66,7 @@ def _call(b: PrometheusBackend, **args: Any) -> dict[str, Any]:
 def _require_up(env: PromEnv, metric: str, what: str) -> None:
     rows = env.query(metric)
     if not rows or rows[0]["value"][1] != "1":
-        _unavailable(f"{what} is not reachable by its exporter ({metric} = {rows[0]['value'][1] if rows else 'absent'})")
+        unavailable(f"{what} is not reachable by its exporter ({metric} = {rows[0]['value'][1] if rows else 'absent'})")
 
 
 # -- real series ---------------------------------------------------------------------------------
@@ -330,7 +330,7 @@ def test_check_warns_when_no_target_is_up(tmp_path: Any) -> None:
 
     prometheus = _binary("prometheus")
     if prometheus is None:
-        _unavailable("prometheus is not installed")
+        unavailable("prometheus is not installed")
     port, dead = free_port(), free_port()
     tmp_path = tmp_path / "prom"
     tmp_path.mkdir()

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import _unavailable
 from rootproof.live.binaries import missing
 from rootproof.live.components import COMPONENT_TYPES
 from rootproof.live.layout import ComponentName, with_requirements
 from rootproof.live.procs import ProcessRecord, is_running, listening
+from tests.services import inherited_env, unavailable
 
 __all__ = ["ROOT", "assert_gone", "cli", "fresh_root", "need_binaries", "owner", "read_until", "reap", "remove_root", "wait_for"]
 
@@ -36,7 +36,7 @@ def need_binaries(components: tuple[ComponentName, ...]) -> None:
         names.append("runuser")
     gone = missing(names)
     if gone:
-        _unavailable("live environment: " + "; ".join(str(e) for e in gone))
+        unavailable("live environment: " + "; ".join(str(e) for e in gone))
 
 
 def fresh_root() -> Path:
@@ -53,14 +53,14 @@ def remove_root(root: Path) -> None:
 
 def cli(*args: str, root: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
     """`rootproof ARGS` in a subprocess with ROOTPROOF_LIVE_ROOT=`root` and a data folder inside it."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")}
+    base = inherited_env()
     base |= {"ROOTPROOF_HOME": str(root / "home"), "ROOTPROOF_LIVE_ROOT": str(root), "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.run([sys.executable, "-m", "rootproof.cli", *args], capture_output=True, text=True, env=base | env, cwd=ROOT, timeout=timeout)
 
 
 def owner(root: Path, *components: str) -> subprocess.Popen[str]:
     """tests/live/_owner.py: a process owning an environment of `components` under `root`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")}
+    env = inherited_env()
     env["PYTHONPATH"] = os.pathsep.join(sys.path)
     script = str(ROOT / "tests" / "live" / "_owner.py")
     return subprocess.Popen([sys.executable, script, str(root), *components], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

@@ -35,6 +35,7 @@ from rootproof.live.layout import COMPONENTS, RunPaths, read_pidfiles
 from rootproof.live.procs import is_running
 from rootproof.settings import load_settings
 from rootproof.store.sql import SqlTraceStore
+from tests.services import inherited_env
 
 from ._bench_fault import TEST_NAME, NginxTimeoutFault, executor, scenario
 from .support import ROOT, cli, fresh_root, need_binaries, owner, read_until, reap, remove_root
@@ -126,7 +127,7 @@ def test_one_scenario_runs_every_phase_scores_audits_and_persists(root: Path, re
 
 def test_sigterm_during_the_diagnosis_cleans_up_and_records_the_eval_cancelled(root: Path) -> None:
     need_binaries(COMPONENTS)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")} | {
+    env = inherited_env() | {
         "PYTHONPATH": os.pathsep.join(sys.path)
     }
     script = str(ROOT / "tests" / "live" / "_bench_fault.py")

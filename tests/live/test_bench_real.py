@@ -35,6 +35,7 @@ from rootproof.live.env import LiveEnvironment
 from rootproof.live.layout import COMPONENTS, RunPaths, read_run, run_folders
 from rootproof.live.procs import is_running, listening, processes_under
 from rootproof.live.runs import records_of
+from tests.services import inherited_env
 
 from .support import ROOT, cli, fresh_root, need_binaries, reap, remove_root, wait_for
 
@@ -183,7 +184,7 @@ def _diagnosis_started(root: Path) -> Path | None:
 
 def test_a_killed_eval_leaves_its_run_and_the_next_preflight_cleans_it(root: Path) -> None:
     need_binaries(COMPONENTS)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")} | {
+    env = inherited_env() | {
         "ROOTPROOF_HOME": str(root / "home"),
         "ROOTPROOF_LIVE_ROOT": str(root),
         "PYTHONPATH": os.pathsep.join(sys.path),

@@ -39,6 +39,7 @@ from rootproof.run.lifecycle import TERMINAL_STATES
 from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_ground_truth, load_scenario, scenario_folder
 from rootproof.settings import Settings
+from tests.services import inherited_env
 
 pytestmark = pytest.mark.llm
 
@@ -116,7 +117,7 @@ def llm_url() -> str:
 
 def _rp(home: Path, *args: str, extra: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """`rootproof ARGS` in a subprocess on the private store `home`, no other ROOTPROOF_* variable."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")}
+    env = inherited_env()
     env.update({"ROOTPROOF_HOME": str(home), **(extra or {})})
     return subprocess.run(
         [sys.executable, "-m", "rootproof.cli", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout

@@ -31,7 +31,7 @@ from rootproof.agent.models.probe import MAX_PROBE_TOKENS, probe_server
 from rootproof.errors import ConfigError
 from rootproof.runtime import Runtime
 from rootproof.settings import load_settings
-from test_cli_exits import _free_port, rp
+from tests.test_cli_exits import _free_port, rp
 
 from .fake_openai_server import FakeOpenAI, Reply, completion, error, fake_openai  # noqa: F401
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from conftest import _unavailable
 from rootproof.service.process import ServeProcess, free_port, start_serve
+from tests.services import inherited_env, unavailable
 
 OPERATOR_KEY = "op-key-0123456789abcdef"
 OPERATOR2_KEY = "op2-key-0123456789abcdef"
@@ -111,7 +111,7 @@ class ThreadServer:
 
 def service_env(home: Path, **extra: str) -> dict[str, str]:
     """The environment of a service process: its own data folder and keys."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_") or k in ("ROOTPROOF_REQUIRE_SERVICES",)}
+    env = inherited_env() | {k: v for k, v in os.environ.items() if k == "ROOTPROOF_REQUIRE_SERVICES"}
     env.update({"ROOTPROOF_HOME": str(home), "ROOTPROOF_API_KEYS": API_KEYS, "PYTHONUNBUFFERED": "1"})
     env.update(extra)
     return env
@@ -132,7 +132,7 @@ def redis_or_skip(url: str = "redis://127.0.0.1:6379/0") -> str:
     try:
         redis.Redis.from_url(url, socket_connect_timeout=2).ping()
     except Exception as exc:  # noqa: BLE001
-        _unavailable(f"Redis at {url} unreachable: {exc}")
+        unavailable(f"Redis at {url} unreachable: {exc}")
     return url
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from rootproof.service.app import create_app
 from rootproof.settings import load_settings
-from test_seed_story import SEED_EVENTS
+from tests.test_harness_seed_story import SEED_EVENTS
 
 from .support import (
     ADMIN_KEY,

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from conftest import DEFAULT_PG_URL, _fresh_database
+from tests.services import DEFAULT_PG_URL, fresh_database
 
 from .support import (
     OPERATOR_KEY,
@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
-    yield from _fresh_database(
+    yield from fresh_database(
         "ROOTPROOF_TEST_PG_URL", DEFAULT_PG_URL, "CREATE DATABASE {name} ENCODING 'UTF8' TEMPLATE template0", "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
     )
 

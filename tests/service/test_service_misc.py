@@ -17,12 +17,13 @@ from rootproof.errors import ConfigError
 from rootproof.service.app import create_app
 from rootproof.service.auth import KeyRing, hash_key
 from rootproof.settings import load_settings
+from tests.services import inherited_env
 
 from .support import API_KEYS, AUDITOR_KEY, OPERATOR_KEY, ThreadServer, auth, stream
 
 
 def _rp(*args: str, home: Path, stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("ROOTPROOF_")}
+    base = inherited_env()
     base |= {"ROOTPROOF_HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path)} | env
     return subprocess.run([sys.executable, "-m", "rootproof.cli", *args], input=stdin, capture_output=True, text=True, env=base, timeout=120)
 

@@ -142,7 +142,7 @@ _TOKENS = re.compile(
 # Cheap gate, run on the lower-cased line: a line that holds none of these cannot match any
 # pattern or plugin, and is returned as it is (most log lines). The literals form one regex
 # factored by prefix; the few shapes without a literal start are tested behind a cheaper check.
-# tests/test_redaction.py proves the gate changes no result on the corpus, the built-in
+# tests/boundary/test_redaction.py proves the gate changes no result on the corpus, the built-in
 # scenarios and the real logs.
 _GATE_LITERALS = (
     ":// pass pwd secret token key auth cred bearer basic cookie identified sig -----begin contrase whsec"

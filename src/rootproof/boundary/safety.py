@@ -70,7 +70,7 @@ def _fold(text: str) -> str:
 _ENGLISH = re.compile("|".join(f"(?:{p.pattern})" for p in _INJECTION[:10]))
 # Every English pattern needs one of these literals in the folded text (`ignore`, `disregard`,
 # `forget`, `override`; `instruction`; `you`; `system prompt`; `must`/`should`; `tell`,
-# `report to`, `inform`; `root cause`); tests/test_boundary_fast_paths.py checks that each pattern
+# `report to`, `inform`; `root cause`); tests/boundary/test_fast_paths.py checks that each pattern
 # holds one, and that the fast path agrees with the full pattern list on every corpus.
 _ENGLISH_WORDS = (
     "ignore", "disregard", "forget", "override", "instruction", "you", "system prompt",

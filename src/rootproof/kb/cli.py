@@ -86,7 +86,7 @@ def load_kb(cards: Path | None, *, show_progress: bool = True) -> KnowledgeBase:
             raise ConfigError(f"--cards {p}: expected an existing folder of .md cards")
     with _progress("indexing cards", show_progress) as update:
         return KnowledgeBase.load(
-            extra, cache_dir=settings.data_dir / "kb-index", progress=update, max_card_bytes=settings.max_card_bytes
+            extra, cache_dir=settings.resolved_kb_index_dir(), progress=update, max_card_bytes=settings.max_card_bytes
         )
 
 

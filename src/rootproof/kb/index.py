@@ -16,7 +16,9 @@
   channels' own scores against calibrated thresholds (`thresholds.py`); below every floor → no
   result. One result per card (the chunk with the best fused chunk rank).
 - Reranker: a seam (`Reranker`), off by default.
-- Cache: chunk tokens and embeddings under `cache_dir/<hash of cards + code version>/`.
+- Cache: one folder per card, `cache_dir/<hash of the card + code version>/`, with its chunks'
+  tokens and embeddings: a changed or added card is the only one encoded again, and several
+  card sets (the built-in cards with or without a user's folder) share one cache folder.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ __all__ = [
     "chunk_card",
 ]
 
-INDEX_VERSION = "kb-index-6"
+INDEX_VERSION = "kb-index-7"
 """Bumped whenever chunking or indexing changes (part of the cache key)."""
 CHANNELS = ("bm25", "dense")
 """The L1 channels."""
@@ -291,12 +293,11 @@ def _query_vector(query: str) -> FloatArray:
     return vec
 
 
-def _cache_key(cards: dict[str, Card]) -> str:
+def _card_key(card: Card) -> str:
     h = sha256()
     h.update(f"{INDEX_VERSION}|{TOKENIZER_VERSION}|{EMBEDDING_MODEL}".encode())
-    for cid in sorted(cards):
-        dump = cards[cid].model_dump(mode="json", exclude={"path"})
-        h.update(json.dumps(dump, sort_keys=True, ensure_ascii=False).encode())
+    dump = card.model_dump(mode="json", exclude={"path"})
+    h.update(json.dumps(dump, sort_keys=True, ensure_ascii=False).encode())
     return h.hexdigest()[:32]
 
 
@@ -319,7 +320,9 @@ class KnowledgeBase:
         self.thresholds = thresholds or Thresholds.from_dict(THRESHOLDS)
         self.reranker = reranker
         self.cache_hit = False
-        """True when `load` read the index from the cache instead of building it."""
+        """True when `load` read every card's index from the cache (encoded nothing)."""
+        self.cards_encoded = 0
+        """Cards whose chunks `load` encoded (not found in the cache)."""
         self.load_seconds = 0.0
         self._keyword = KeywordIndex(chunk_tokens)
         self._dense = DenseIndex(embeddings)
@@ -343,23 +346,39 @@ class KnowledgeBase:
     ) -> KnowledgeBase:
         """Load the built-in cards and `extra_dirs`, reading or building the index.
 
-        `cache_dir` is the index cache folder (the CLI uses `settings.data_dir / "kb-index"`);
+        `cache_dir` is the index cache folder (the CLI uses `settings.resolved_kb_index_dir()`);
         None builds in memory. `progress(done, total)` reports embedding progress.
         """
         t0 = time.perf_counter()
         cards = load_cards(extra_dirs, builtin=builtin, max_bytes=max_card_bytes)
-        chunks = [ch for cid in sorted(cards) for ch in chunk_card(cards[cid])]
-        key = _cache_key(cards)
-        cached = _read_cache(cache_dir / key, chunks) if cache_dir is not None else None
-        if cached is not None:
-            tokens, emb = cached
-        else:
-            tokens = [tokenize(_keyword_text(cards[ch.card_id], ch)) for ch in chunks]
-            emb = encode([ch.dense_text() for ch in chunks], progress=progress)
-            if cache_dir is not None:
-                _write_cache(cache_dir, key, chunks, tokens, emb)
-        kb = cls(cards, chunks, tokens, emb)
-        kb.cache_hit = cached is not None
+        per_card = {cid: chunk_card(cards[cid]) for cid in sorted(cards)}
+        chunks = [ch for cid in sorted(cards) for ch in per_card[cid]]
+        tokens: dict[str, list[list[str]]] = {}
+        vectors: dict[str, FloatArray] = {}
+        missing: list[str] = []
+        for cid, card_chunks in per_card.items():
+            cached = _read_cache(cache_dir / _card_key(cards[cid]), card_chunks) if cache_dir is not None else None
+            if cached is None:
+                missing.append(cid)
+            else:
+                tokens[cid], vectors[cid] = cached
+        fresh = [ch for cid in missing for ch in per_card[cid]]
+        if fresh:
+            emb = encode([ch.dense_text() for ch in fresh], progress=progress)
+            start = 0
+            for cid in missing:
+                n = len(per_card[cid])
+                tokens[cid] = [tokenize(_keyword_text(cards[cid], ch)) for ch in per_card[cid]]
+                vectors[cid] = emb[start : start + n]
+                start += n
+                if cache_dir is not None:
+                    _write_cache(cache_dir, _card_key(cards[cid]), per_card[cid], tokens[cid], vectors[cid])
+        all_tokens = [t for cid in per_card for t in tokens[cid]]
+        parts = [vectors[cid] for cid in per_card if len(per_card[cid])]
+        embeddings = np.vstack(parts) if parts else np.zeros((0, 512), dtype=np.float32)
+        kb = cls(cards, chunks, all_tokens, embeddings)
+        kb.cache_hit = not missing
+        kb.cards_encoded = len(missing)
         if kb.cache_hit and progress is not None:
             progress(len(chunks), len(chunks))
         kb.load_seconds = time.perf_counter() - t0
@@ -497,7 +516,7 @@ def _read_cache(folder: Path, chunks: list[Chunk]) -> tuple[list[list[str]], Flo
         emb = np.load(folder / "embeddings.npy")
     except (OSError, ValueError):
         return None
-    if meta.get("chunk_ids") != [c.chunk_id for c in chunks] or emb.shape[0] != len(chunks):
+    if meta.get("chunk_ids") != [c.chunk_id for c in chunks] or emb.shape[0] != len(chunks) or emb.ndim != 2:
         return None
     return [list(t) for t in meta["tokens"]], np.asarray(emb, dtype=np.float32)
 

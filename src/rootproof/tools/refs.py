@@ -110,7 +110,7 @@ _WS = re.compile(r"\s+")
 def normalize_text(text: str) -> str:
     """NFKC and whitespace collapsing only: what excerpt matching is allowed to forgive."""
     # `" ".join(t.split())` is `_WS.sub(" ", t).strip()`: `\s` and `str.split` agree on every code
-    # point (tests/test_boundary_fast_paths.py), and it is several times faster on long lines.
+    # point (tests/boundary/test_fast_paths.py), and it is several times faster on long lines.
     return " ".join(unicodedata.normalize("NFKC", text).split())
 
 
