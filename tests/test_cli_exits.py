@@ -258,17 +258,17 @@ def test_a_closed_pipe_ends_quietly(recorded: tuple[Path, str], tmp_path: Path) 
         "PYTHONPATH": os.pathsep.join(sys.path),
     }
     for args in (["trace", run_id], ["trace", run_id, "--json"], ["tools", "list", "--json"]):
-        p = subprocess.Popen(
+        with subprocess.Popen(
             [sys.executable, "-m", "rootproof.cli", *args],
             env=env,
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-        )
-        assert p.stdout is not None and p.stderr is not None
-        p.stdout.close()  # the reader is gone before the command writes (as `| head -0`)
-        err = p.stderr.read().decode()
-        p.wait(timeout=120)
+        ) as p:
+            assert p.stdout is not None and p.stderr is not None
+            p.stdout.close()  # the reader is gone before the command writes (as `| head -0`)
+            err = p.stderr.read().decode()
+            p.wait(timeout=120)
         assert p.returncode in (0, 141), err
         assert "Traceback" not in err and "BrokenPipe" not in err and "Error" not in err, err
 

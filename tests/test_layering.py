@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 
 def test_core_imports_no_adapters() -> None:
@@ -67,3 +68,29 @@ def test_only_live_backend_modules_import_psycopg_or_redis() -> None:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             offenders += [f"{rel}: {n}" for n in names if n.split(".")[0] in ("psycopg", "psycopg_pool", "redis")]
     assert offenders == []
+
+
+TESTS = Path(__file__).resolve().parent
+PACKAGE = TESTS.parent / "src" / "rootproof"
+SPANNING = {"test_layering.py", "test_docs.py"}
+"""Flat test files that span packages rather than test one root module."""
+TEST_ONLY_FOLDERS = {"data", "llm", "models"}
+"""Folders of tests/ that are not a package of src/rootproof: fixtures' data, the opt-in
+real-model suite, and the model clients' tests (`agent/models`, with their fake server)."""
+
+
+def test_tests_mirror_the_package() -> None:
+    """tests/ is laid out like src/rootproof/: a folder per package, flat files only for root
+    modules (`test_<module>.py`, `test_<module>_<aspect>.py`) and the tests that span packages."""
+    packages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    modules = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders - packages - TEST_ONLY_FOLDERS == set()
+    stray = [
+        p.name
+        for p in sorted(TESTS.glob("test_*.py"))
+        if p.name not in SPANNING and not any(p.stem == f"test_{m}" or p.stem.startswith(f"test_{m}_") for m in modules)
+    ]
+    assert stray == [], "flat test files that name no root module of src/rootproof"
+    for folder in sorted(folders - {"data"}):
+        assert (TESTS / folder / "__init__.py").exists(), folder

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -161,11 +162,15 @@ def test_line_times_and_formats(tmp_path: Path) -> None:
 
 
 def test_check_reports_usable_and_warnings(nginx: Nginx, tmp_path: Path) -> None:
-    ok = NginxBackend(_target(nginx), environ={}).check()
+    with closing(NginxBackend(_target(nginx), environ={})) as backend:
+        ok = backend.check()
     assert ok.usable and ok.problem is None and ok.warnings == []
-    partial = NginxBackend(_target(nginx, error_log=tmp_path / "missing.log", status_url=f"http://127.0.0.1:{free_port()}/s"), environ={}).check()
+    status_url = f"http://127.0.0.1:{free_port()}/s"
+    with closing(NginxBackend(_target(nginx, error_log=tmp_path / "missing.log", status_url=status_url), environ={})) as backend:
+        partial = backend.check()
     assert partial.usable and len(partial.warnings) == 2
-    assert NginxBackend(NginxTarget(kind="nginx", name="edge"), environ={}).check().usable is False
+    with closing(NginxBackend(NginxTarget(kind="nginx", name="edge"), environ={})) as backend:
+        assert backend.check().usable is False
 
 
 

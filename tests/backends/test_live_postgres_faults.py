@@ -111,6 +111,8 @@ def pooled(dsn: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+        if proc.stderr is not None:
+            proc.stderr.close()
         shutil.rmtree(base, ignore_errors=True)
 
 

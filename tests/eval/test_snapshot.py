@@ -32,7 +32,7 @@ from rootproof.settings import Settings
 from rootproof.store.sql import SqlTraceStore
 
 # ---------------------------------------------------------------------------------------------
-# Agent models for the worker (importable there as `test_eval_snapshot:<name>`)
+# Agent models for the worker (importable there as `tests.eval.test_snapshot:<name>`)
 # ---------------------------------------------------------------------------------------------
 
 GT_ENV = "ROOTPROOF_TEST_GT_PATH"
@@ -648,7 +648,7 @@ def test_an_agent_reading_ground_truth_trips_the_hard_gate(
     suite_dir = _copy(tmp_path, "pg-row-lock")
     monkeypatch.setenv(GT_ENV, str(suite_dir / "pg-row-lock" / "ground_truth.yaml"))
     suite = run_suite(
-        suite_dir, settings=settings, store=store, model_factory="test_eval_snapshot:ground_truth_reader"
+        suite_dir, settings=settings, store=store, model_factory="tests.eval.test_snapshot:ground_truth_reader"
     )
     case = suite.cases[0]
     assert case.score.hard_gates == ["ground_truth_read"]
@@ -670,7 +670,7 @@ def test_a_draft_citing_a_made_up_invocation_never_passes(
         _copy(tmp_path, "pg-row-lock"),
         settings=settings,
         store=store,
-        model_factory="test_eval_snapshot:fabricated_row_lock",
+        model_factory="tests.eval.test_snapshot:fabricated_row_lock",
     )
     case = suite.cases[0]
     assert (
@@ -683,7 +683,7 @@ def test_a_draft_citing_a_made_up_invocation_never_passes(
         _copy(tmp_path / "p", "payment-timeout"),
         settings=settings,
         store=store,
-        model_factory="test_eval_snapshot:fabricated_payment",
+        model_factory="tests.eval.test_snapshot:fabricated_payment",
     )
     case = suite.cases[0]
     assert (
@@ -702,7 +702,7 @@ def test_a_crashed_worker_makes_the_eval_run_infra_invalid(
         _copy(tmp_path, "pg-row-lock"),
         settings=settings,
         store=store,
-        model_factory="test_eval_snapshot:crasher",
+        model_factory="tests.eval.test_snapshot:crasher",
     )
     assert suite.state == "infra_invalid" and suite.errors
     case = suite.cases[0]

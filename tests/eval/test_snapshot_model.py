@@ -85,14 +85,14 @@ def test_rows_carry_the_runs_tokens_and_wall_time_and_the_summary_names_the_mode
         _suite(tmp_path, "pg-row-lock"),
         settings=_settings(tmp_path),
         store=SqlTraceStore(f"sqlite:///{tmp_path / 'eval.db'}"),
-        model_factory="test_eval_snapshot_model:tokens_then_nothing",
+        model_factory="tests.eval.test_snapshot_model:tokens_then_nothing",
     )
     data = report_json(suite)
     row = data["scenarios"][0]
     # the three scripted steps, then empty turns of 10 tokens each until the loop gives up
     assert row["tokens"] >= 390 and (row["tokens"] - 390) % 10 == 0, row["tokens"]
     assert isinstance(row["wall_time_s"], float) and row["wall_time_s"] > 0
-    assert data["summary"]["model"] == data["model"] == "factory:test_eval_snapshot_model:tokens_then_nothing"
+    assert data["summary"]["model"] == data["model"] == "factory:tests.eval.test_snapshot_model:tokens_then_nothing"
 
 
 @pytest.mark.slow
@@ -146,7 +146,7 @@ def test_a_run_deaf_to_its_deadline_is_cancelled_by_the_worker_past_the_grace(tm
         _suite(tmp_path, "pg-row-lock"),
         settings=_settings(tmp_path, eval_case_timeout_s=1.0),
         store=SqlTraceStore(f"sqlite:///{tmp_path / 'eval.db'}"),
-        model_factory="test_eval_snapshot_model:deaf_to_the_deadline",
+        model_factory="tests.eval.test_snapshot_model:deaf_to_the_deadline",
     )
     (case,) = suite.cases
     assert case.observation.error is None and case.observation.status in ("CANCELLED", "TIMED_OUT")

@@ -58,8 +58,11 @@ def up(root: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def env(root: Path, up: dict[str, Any]) -> LiveEnvironment:
-    return LiveEnvironment.attach(root, up["run_id"])
+def env(root: Path, up: dict[str, Any]) -> Iterator[LiveEnvironment]:
+    attached = LiveEnvironment.attach(root, up["run_id"])
+    yield attached
+    if attached.reap():  # normally `live down` (the last test) stopped what this object restarted
+        attached.stop()
 
 
 def test_up_prints_the_run_and_leaves_every_component_running_detached(root: Path, up: dict[str, Any]) -> None:

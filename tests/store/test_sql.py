@@ -6,6 +6,8 @@ import dataclasses
 import inspect
 import json
 import re
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -610,8 +612,11 @@ def test_failed_migration_raises_store_error(store_url: str) -> None:
     with engine.begin() as conn:  # a foreign table in the way, as in a shared database
         conn.execute(sa.text("CREATE TABLE chat_session (x INTEGER)"))
     engine.dispose()
-    with pytest.raises(StoreError, match=re.escape("cannot upgrade the trace store schema at")):
-        SqlTraceStore(store_url)
+    try:
+        with pytest.raises(StoreError, match=re.escape("cannot upgrade the trace store schema at")):
+            SqlTraceStore(store_url)
+    finally:  # a server database is the whole session's: leave no foreign table in it
+        _empty_database(store_url)
 
 
 @pytest.mark.parametrize(
@@ -631,3 +636,15 @@ def test_bad_url_raises_store_error(url: str, message: str) -> None:
     with pytest.raises(StoreError, match=re.escape(message)) as info:
         SqlTraceStore(url)
     assert "s3cret" not in str(info.value)
+
+
+def test_stores_opened_at_once_on_an_empty_database_all_reach_head(store_url: str) -> None:
+    """Several processes (serve --workers N) creating the schema together: each waits for the
+    other's migration rather than failing."""
+    code = "import sys\nfrom rootproof.store import SqlTraceStore\nwith SqlTraceStore(sys.argv[1]) as s:\n    print(len(s.list_runs()))\n"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, store_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [(p.returncode, out.strip()) for p, (out, _) in zip(procs, outs, strict=True)] == [(0, "0")] * 3, outs

@@ -425,6 +425,18 @@ class LiveEnvironment:
             self._children.clear()
         return report
 
+    def reap(self) -> list[str]:
+        """Collect the exit status of the processes this object started that another process
+        has stopped since (`live down` on an attached environment), so none is left a zombie;
+        returns the components still running (left as they are)."""
+        running = []
+        for name, child in list(self._children.items()):
+            if child.poll() is None:
+                running.append(name)
+            else:
+                del self._children[name]
+        return sorted(running)
+
     # -- status ------------------------------------------------------------------------
 
     def status(self) -> RunStatus:

@@ -235,6 +235,20 @@ def _current_revision(engine: Engine) -> str | None:
         return context.get_current_revision()
 
 
+MIGRATION_WAIT_S = 15.0
+"""The longest wait for another process's migration of the same database, seconds."""
+MIGRATION_SETTLE_S = 2.0
+"""A schema unchanged this long while waiting has no migrator but us, seconds."""
+
+
+def _schema_state(engine: Engine) -> tuple[str | None, tuple[str, ...]]:
+    """The revision and the table names of the database, or (None, ()) when it cannot be read."""
+    with contextlib.suppress(sa.exc.SQLAlchemyError):
+        revision = _current_revision(engine)
+        return revision, tuple(sorted(sa.inspect(engine).get_table_names()))
+    return None, ()
+
+
 def _check_connection(engine: Engine) -> None:
     try:
         with engine.connect():
@@ -256,15 +270,20 @@ def _upgrade_engine(engine: Engine) -> None:
             command.upgrade(cfg, "head")
     except sa.exc.SQLAlchemyError as exc:
         # Another process may be creating the schema at the same moment (`serve --workers N` on a
-        # new SQLite file): fine once it is at head.
-        deadline = time.monotonic() + 15
+        # new SQLite file): fine once it is at head. Wait while the schema still changes (tables
+        # appear, the revision moves), at most MIGRATION_WAIT_S; a schema that stays as it is for
+        # MIGRATION_SETTLE_S has no other migrator, and the failure is ours.
+        deadline = time.monotonic() + MIGRATION_WAIT_S
+        seen, settled_at = _schema_state(engine), time.monotonic() + MIGRATION_SETTLE_S
         while True:
-            with contextlib.suppress(sa.exc.SQLAlchemyError):
-                if _current_revision(engine) == _head_revision():
-                    return
-            if time.monotonic() > deadline:
+            if seen[0] == _head_revision():
+                return
+            if time.monotonic() > min(deadline, settled_at):
                 break
             time.sleep(0.2)
+            state = _schema_state(engine)
+            if state != seen:
+                seen, settled_at = state, time.monotonic() + MIGRATION_SETTLE_S
         raise StoreOpenError(
             f"cannot upgrade the trace store schema at {_safe_url(engine.url)}: {_reason(exc)}"
         ) from exc
