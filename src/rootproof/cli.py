@@ -11,6 +11,7 @@ document on stdout; status lines go to stderr. Terminal output escapes control c
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -147,6 +148,13 @@ def cancel_on_signals(cancellation: RunCancellation) -> Iterator[list[int]]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def check_output_file(target: Path | None) -> None:
+    """Refuse a `--json FILE` (or `--html FILE`) that cannot be written as a file before any work
+    is done: a folder is `IsADirectoryError` naming it (one `Error:` line, exit 2)."""
+    if target is not None and target.is_dir():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
 
 
 def emit_json(data: Any, target: Path | None = None) -> None:

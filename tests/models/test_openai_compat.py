@@ -487,6 +487,7 @@ def test_timeouts_are_retried_then_unavailable(
     assert len(fake_openai.requests) == 2
 
 
+@pytest.mark.serial  # margins under a second: measured alone
 def test_request_timeout_is_capped_by_the_time_left(
     fake_openai: FakeOpenAI, models: list[OpenAICompatModel]
 ) -> None:
@@ -502,6 +503,7 @@ def test_request_timeout_is_capped_by_the_time_left(
     assert len(fake_openai.requests) == 1
 
 
+@pytest.mark.serial  # margins under a second: measured alone
 def test_retries_stop_when_time_left_is_exhausted(
     fake_openai: FakeOpenAI, models: list[OpenAICompatModel]
 ) -> None:
@@ -518,6 +520,7 @@ def test_retries_stop_when_time_left_is_exhausted(
     assert 2 <= len(fake_openai.requests) < 6  # 0.05, 0.1, 0.2 s of backoff fit; 0.4 s does not
 
 
+@pytest.mark.serial  # margins under a second: measured alone
 def test_retry_after_beyond_the_deadline_stops_at_once(
     fake_openai: FakeOpenAI, models: list[OpenAICompatModel]
 ) -> None:

@@ -32,8 +32,10 @@ def register(eval_app: typer.Typer) -> None:
         Exits 0 when the benchmark ran, whatever it found (`targets.met` in the JSON says whether
         every target held); 1 only on an internal failure.
         """
+        from rootproof.cli import check_output_file
         from rootproof.eval.guard import guard_command
 
+        check_output_file(json_path)
         guard_command(json_path, seed=seed)
 
 
@@ -65,12 +67,15 @@ def _snapshot(
     """Run the snapshot benchmark: every scenario through the real pipeline, scored out of 100."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from rootproof.cli import emit_json, err
+    from rootproof.cli import check_output_file, emit_json, err
     from rootproof.errors import UsageError
     from rootproof.eval.report import render_html, report_json
     from rootproof.eval.snapshot import run_suite
     from rootproof.scenarios.loader import list_scenarios
     from rootproof.settings import load_settings
+
+    check_output_file(json_file)
+    check_output_file(html_file)
 
     if model is not None and model not in ("offline", "openai"):
         raise UsageError(f"--model: expected offline or openai (got {model!r})")
@@ -242,9 +247,11 @@ def _adversarial(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from rootproof.cli import emit_json, err
+    from rootproof.cli import check_output_file, emit_json, err
     from rootproof.eval.adversarial import run_adversarial
     from rootproof.settings import load_settings
+
+    check_output_file(json_file)
 
     bar = Progress(
         TextColumn("[bold]adversarial[/bold]"),

@@ -358,6 +358,9 @@ def retrieval_command(
     """Evaluate knowledge retrieval on labelled queries (calibration split → test split)."""
 
     def body() -> None:
+        from rootproof.cli import check_output_file
+
+        check_output_file(json_file)
         wanted = [c.strip() for c in channels.split(",") if c.strip()]
         bad = [c for c in wanted if c not in ABLATIONS]
         if bad or not wanted:

@@ -86,6 +86,10 @@ def live_command(
     chosen = resolve_scenarios(scenario)  # an unknown name: one line naming it and the known ones (exit 2)
     settings = load_settings()
     to_stdout = json_file == "-"
+    if json_file is not None and not to_stdout:
+        from rootproof.cli import check_output_file
+
+        check_output_file(Path(json_file))
     out = sys.stderr if to_stdout else sys.stdout
     bar = Progress(
         TextColumn("[bold]live[/bold] {task.fields[name]:<24} {task.description:<10}"),
