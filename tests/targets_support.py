@@ -4,6 +4,7 @@ inject it into `check_targets`, or into the CLI of a subprocess (`DRIVER`)."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import socket
@@ -170,6 +171,11 @@ class SilentServer:
             self._held.append(conn)
 
     def close(self) -> None:
+        # The listener first, and the accept loop ended, so no connection is accepted after the
+        # held ones are closed. shutdown() wakes the accept() blocked in the thread.
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        self._thread.join(timeout=5)
         for c in self._held:
             c.close()
-        self.sock.close()
