@@ -40,6 +40,17 @@ if TYPE_CHECKING:
     from rootproof.settings import Settings
 
 KEPT_VARIABLES = ("ROOTPROOF_TEST_", "ROOTPROOF_REQUIRE_SERVICES")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A module with module-scoped fixtures (a live environment, servers, a shared harness) runs
+    on one xdist worker (`--dist loadgroup`): its fixtures are built once, its tests keep their
+    order; every other test is spread over the workers one by one."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else []
+        if any(d[-1].scope == "module" for d in defs if d):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
 """The `ROOTPROOF_*` variables a test sees from the shell that runs pytest."""
 
 

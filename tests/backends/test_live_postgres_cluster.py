@@ -116,6 +116,7 @@ def test_top_queries_from_pg_stat_statements(cluster: Cluster) -> None:
         backend.close()
 
 
+@pytest.mark.serial  # a standby's replay timed against the primary: measured alone
 def test_replication_seen_from_the_primary_and_the_standby(cluster: Cluster) -> None:
     primary, standby = _backend(cluster.primary), _backend(cluster.standby, "users-replica-1")
     try:

@@ -125,6 +125,7 @@ def test_one_scenario_runs_every_phase_scores_audits_and_persists(root: Path, re
         reap(other)
 
 
+@pytest.mark.serial  # a signal timed against a phase: measured alone
 def test_sigterm_during_the_diagnosis_cleans_up_and_records_the_eval_cancelled(root: Path) -> None:
     need_binaries(COMPONENTS)
     env = inherited_env() | {

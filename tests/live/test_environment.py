@@ -35,8 +35,7 @@ from .support import (
     wait_for,
 )
 
-# One environment for the whole module (its last test takes it down): on one xdist worker.
-pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.xdist_group("live-environment")]
+pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
