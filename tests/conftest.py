@@ -19,6 +19,7 @@ to keys under a prefix of their own and delete them (the server is shared).
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,18 +43,6 @@ if TYPE_CHECKING:
 KEPT_VARIABLES = ("ROOTPROOF_TEST_", "ROOTPROOF_REQUIRE_SERVICES")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A module with module-scoped fixtures (a live environment, servers, a shared harness) runs
-    on one xdist worker (`--dist loadgroup`): its fixtures are built once, its tests keep their
-    order; every other test is spread over the workers one by one."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        defs = info.name2fixturedefs.values() if info is not None else []
-        if any(d[-1].scope == "module" for d in defs if d):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
-"""The `ROOTPROOF_*` variables a test sees from the shell that runs pytest."""
-
-
 @pytest.fixture(scope="session")
 def kb_index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The knowledge-base index cache shared by every test of this run (and every xdist worker:
@@ -63,6 +52,14 @@ def kb_index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     folder = root / "kb-index"
     folder.mkdir(exist_ok=True)
+    # Built once, before any test needs it: the first worker here encodes the built-in cards
+    # while the others wait on the lock, then read them (an encode inside a test, on a loaded
+    # machine, can outlast a tool call's timeout).
+    from rootproof.kb.index import KnowledgeBase
+
+    with (root / "kb-index.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        KnowledgeBase.load([], cache_dir=folder)
     return folder
 
 

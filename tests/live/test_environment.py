@@ -35,7 +35,8 @@ from .support import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.services, pytest.mark.slow]
+# One environment for the whole module (its last test takes it down): on one xdist worker.
+pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.xdist_group("live-environment")]
 
 
 @pytest.fixture(scope="module")
