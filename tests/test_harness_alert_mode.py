@@ -218,6 +218,7 @@ def _checks(out: Any) -> dict[str, dict[str, Any]]:
     return {c["rule"]: c for c in out.aiops_rule_evaluation["checks"]}
 
 
+@pytest.mark.serial  # its tool calls fail their timeouts on a saturated machine (seen in CI runs); measured alone
 def test_draft_on_a_related_alert_fails_the_focus_rule(harness: Harness) -> None:
     out = _run(harness, _related_draft)
     assert out.release_outcome == "PUBLISHED", (out.evidence and out.evidence.codes, out.semantic and out.semantic.as_dict()["verdicts"])
@@ -232,6 +233,7 @@ def test_draft_on_a_related_alert_fails_the_focus_rule(harness: Harness) -> None
     assert out.content["content_type"] == "DIAGNOSIS_REPORT"
 
 
+@pytest.mark.serial  # its tool calls fail their timeouts on a saturated machine (seen in CI runs); measured alone
 def test_draft_on_the_primary_alert_linked_by_evidence_passes(harness: Harness) -> None:
     out = _run(harness, _linked_draft)
     assert out.release_outcome == "PUBLISHED", (out.evidence and out.evidence.codes, out.semantic and out.semantic.as_dict()["verdicts"])
