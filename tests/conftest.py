@@ -63,14 +63,27 @@ def kb_index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+def _clean_environment(setenv: Callable[[str, str], None], delenv: Callable[[str], None], home: Path, kb_index_dir: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("ROOTPROOF_") and not name.startswith(KEPT_VARIABLES):
+            delenv(name)
+    setenv("ROOTPROOF_HOME", str(home))
+    setenv("ROOTPROOF_KB_INDEX_DIR", str(kb_index_dir))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_environment(tmp_path_factory: pytest.TempPathFactory, kb_index_dir: Path) -> Iterator[None]:
+    """The same clean environment for the whole session, so that module and session fixtures
+    (set up before any function fixture) also read the shared index and a home of their own."""
+    with pytest.MonkeyPatch.context() as mp:
+        _clean_environment(mp.setenv, mp.delenv, tmp_path_factory.mktemp("session-home"), kb_index_dir)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _environment(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory, kb_index_dir: Path) -> None:
     """No `ROOTPROOF_*` setting leaks in from the shell; a fresh `ROOTPROOF_HOME`; the shared index."""
-    for name in list(os.environ):
-        if name.startswith("ROOTPROOF_") and not name.startswith(KEPT_VARIABLES):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("ROOTPROOF_HOME", str(tmp_path_factory.mktemp("home")))
-    monkeypatch.setenv("ROOTPROOF_KB_INDEX_DIR", str(kb_index_dir))
+    _clean_environment(monkeypatch.setenv, monkeypatch.delenv, tmp_path_factory.mktemp("home"), kb_index_dir)
 
 
 @pytest.fixture

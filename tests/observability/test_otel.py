@@ -41,9 +41,9 @@ QUESTION = f"Order confirmations hang; the app connects with postgres://app:{SEC
 
 
 @pytest.fixture(scope="module")
-def knowledge(tmp_path_factory: pytest.TempPathFactory) -> KnowledgeBase:
+def knowledge(kb_index_dir: Path) -> KnowledgeBase:
     """The built-in cards, loaded once for the module (every runtime below shares them)."""
-    return KnowledgeBase.load([], cache_dir=tmp_path_factory.mktemp("kb-index"))
+    return KnowledgeBase.load([], cache_dir=kb_index_dir)
 
 
 class Traced:
