@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.cli_support import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def rp(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "ROOTPROOF_HOME": str(home)}
     env.pop("ROOTPROOF_DATABASE_URL", None)
-    return subprocess.run([sys.executable, "-m", "rootproof.cli", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    return run_cli(args, env=env, cwd=ROOT)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,7 @@ def test_malformed_scenario_names_file_and_field(home: Path, tmp_path: Path) -> 
 
 def test_bad_setting_is_exit_2(tmp_path: Path) -> None:
     env = {**os.environ, "ROOTPROOF_HOME": str(tmp_path), "ROOTPROOF_DEADLINE_S": "-1"}
-    p = subprocess.run([sys.executable, "-m", "rootproof.cli", "tool", "call", "query_logs", "--scenario", "pg-row-lock"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    p = run_cli(["tool", "call", "query_logs", "--scenario", "pg-row-lock"], env=env, cwd=ROOT)
     assert p.returncode == 2 and "ROOTPROOF_DEADLINE_S" in p.stderr
 
 

@@ -26,6 +26,7 @@ from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_scenario
 from rootproof.settings import load_settings
 from rootproof.store import SqlTraceStore
+from tests.cli_support import run_cli
 from tests.models.fake_openai_server import completion, serve
 from tests.services import inherited_env
 
@@ -34,16 +35,8 @@ BUILTIN = ROOT / "src" / "rootproof" / "scenarios" / "builtin"
 
 
 def rp(*args: str, home: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    base = inherited_env()
-    base |= {"ROOTPROOF_HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.run(
-        [sys.executable, "-m", "rootproof.cli", *args],
-        capture_output=True,
-        text=True,
-        env=base | env,
-        cwd=ROOT,
-        timeout=300,
-    )
+    """`rootproof ARGS` (in this process: tests/cli_support.py) with `home` as its data folder."""
+    return run_cli(args, env=inherited_env() | {"ROOTPROOF_HOME": str(home)} | env, cwd=ROOT)
 
 
 def _one_error_line(p: subprocess.CompletedProcess[str], needle: str) -> None:

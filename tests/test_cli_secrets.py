@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import sqlalchemy as sa
 import yaml
 
 from tests.boundary.test_redaction import CORPUS, leaked_pieces
+from tests.cli_support import run_cli
 from tests.services import inherited_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,14 +94,7 @@ def rp(*args: str, home: Path, database_url: str | None) -> subprocess.Completed
     env["PYTHONPATH"] = str(ROOT / "src")
     if database_url:
         env["ROOTPROOF_DATABASE_URL"] = database_url
-    p = subprocess.run(
-        [sys.executable, "-m", "rootproof.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=600,
-    )
+    p = run_cli(args, env=env, cwd=ROOT)
     assert p.returncode == 0, p.stderr
     return p
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
@@ -21,6 +19,7 @@ from rootproof.scenarios.loader import load_scenario, validate_scenario
 from rootproof.taxonomy import COMPONENTS, MECHANISMS, RECOVERY_ACTIONS
 from rootproof.tools.base import TOOLS, InspectNginxArgs, InspectPostgresArgs, InspectRedisArgs
 from rootproof.tools.refs import NO_EVIDENCE_PATH, ref_text
+from tests.cli_support import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -177,14 +176,7 @@ def test_the_minimal_example_validates_with_the_cli(tmp_path: Path) -> None:
     ]
     env = {**os.environ, "ROOTPROOF_HOME": str(tmp_path / "home")}
     env.pop("ROOTPROOF_CARDS_DIR", None)
-    p = subprocess.run(
-        [sys.executable, "-m", "rootproof.cli", "scenarios", "validate", str(root / "orders-row-lock")],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-    )
+    p = run_cli(["scenarios", "validate", str(root / "orders-row-lock")], env=env, cwd=ROOT)
     assert p.returncode == 0, p.stdout + p.stderr
 
 

@@ -24,6 +24,7 @@ from rootproof.errors import ConfigError
 from rootproof.targets import _MODELS, KINDS, LOG_FIELDS, MAX_TARGETS_FILE_BYTES, PostgresTarget, load_targets
 from rootproof.targets_check import check_targets
 from tests import targets_support as ts
+from tests.cli_support import run_cli
 from tests.services import inherited_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,11 +33,13 @@ SECRET = "hunter2-Sup3rSecret"
 
 
 def rp(*args: str, driver: bool = False, **env: str) -> subprocess.CompletedProcess[str]:
-    """The CLI in a subprocess (with `tcp_factory` as its backend factory when `driver`)."""
+    """The CLI (in a subprocess with `tcp_factory` as its backend factory when `driver`, else in
+    this process: tests/cli_support.py)."""
     base = {k: v for k, v in inherited_env().items() if not k.endswith("_PASSWORD")}
+    if not driver:
+        return run_cli(args, env=base | env, cwd=ROOT)
     base |= {"PYTHONPATH": os.pathsep.join(sys.path)}
-    head = ["-c", ts.DRIVER] if driver else ["-m", "rootproof.cli"]
-    return subprocess.run([sys.executable, *head, *args], capture_output=True, text=True, env=base | env, cwd=ROOT, timeout=120)
+    return subprocess.run([sys.executable, "-c", ts.DRIVER, *args], capture_output=True, text=True, env=base | env, cwd=ROOT, timeout=120)
 
 
 def _free_port() -> int:

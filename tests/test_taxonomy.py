@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, get_args
 
@@ -27,6 +26,7 @@ from rootproof.taxonomy import (
     is_namespaced,
     recovery_policy,
 )
+from tests.cli_support import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 MINI = ROOT / "tests" / "data" / "scenarios" / "mini-row-lock"
@@ -205,14 +205,7 @@ def _rp(*args: str, home: Path, cards: Path | None) -> subprocess.CompletedProce
     env.pop("ROOTPROOF_CARDS_DIR", None)
     if cards is not None:
         env["ROOTPROOF_CARDS_DIR"] = str(cards)
-    return subprocess.run(
-        [sys.executable, "-m", "rootproof.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-    )
+    return run_cli(args, env=env, cwd=ROOT)
 
 
 def test_the_cli_exits_2_naming_the_card_and_field(cards_dir: Path, tmp_path: Path) -> None:

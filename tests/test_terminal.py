@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+from tests.cli_support import run_cli
 from tests.services import inherited_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,14 +47,7 @@ def test_kb_search_escapes_a_hostile_card_title(tmp_path: Path) -> None:
         "ROOTPROOF_CARDS_DIR": str(cards),
         "PYTHONPATH": os.pathsep.join(sys.path),
     }
-    p = subprocess.run(
-        [sys.executable, "-m", "rootproof.cli", "kb", "search", "No space left on device"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    p = run_cli(["kb", "search", "No space left on device"], env=env, cwd=ROOT)
     assert p.returncode == 0, p.stderr
     assert "disk-full-mine" in p.stdout and "Disk \\x1b[2J\\x1b]0;owned\\x07 full" in p.stdout
     assert "\x1b" not in p.stdout and "\x07" not in p.stdout

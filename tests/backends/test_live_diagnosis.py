@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.cli_support import run_cli
 from tests.services import inherited_env
 
 from .pg_support import private_database, row_lock
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.services
 def _cli(args: list[str], home: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     env = inherited_env()
     env |= {"ROOTPROOF_HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.run([sys.executable, "-m", "rootproof.cli", *args], capture_output=True, text=True, env=env, timeout=timeout)
+    return run_cli(args, env=env)
 
 
 def _targets(path: Path, dsn: str, extra: str = "") -> Path:

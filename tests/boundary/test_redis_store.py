@@ -12,8 +12,6 @@ import json
 import os
 import re
 import secrets
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +38,7 @@ from rootproof.settings import load_settings
 from rootproof.tools.refs import EvidenceRef
 from tests.backends._redis_server import private_redis
 from tests.backends.procs import free_port
+from tests.cli_support import run_cli
 
 PASSWORD = "hunter2-Sup3rSecret"
 
@@ -457,10 +456,7 @@ def test_the_runtime_refuses_a_bad_redis_url_at_once(url: str, problem: str) -> 
 def test_the_cli_exits_2_on_a_bad_redis_url(tmp_path: Path) -> None:
     env = {**os.environ, "ROOTPROOF_HOME": str(tmp_path), "ROOTPROOF_REDIS_URL": f"http://:{PASSWORD}@127.0.0.1:6379/0"}
     env.pop("ROOTPROOF_DATABASE_URL", None)
-    p = subprocess.run(
-        [sys.executable, "-m", "rootproof.cli", "diagnose", "--scenario", "payment-timeout", "timeouts"],
-        capture_output=True, text=True, env=env, timeout=300,
-    )
+    p = run_cli(["diagnose", "--scenario", "payment-timeout", "timeouts"], env=env)
     assert p.returncode == 2, p.stderr
     assert p.stderr.startswith("Error: ROOTPROOF_REDIS_URL: not a Redis URL") and PASSWORD not in p.stderr + p.stdout
 

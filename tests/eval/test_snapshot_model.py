@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_ground_truth, load_scenario, scenario_folder
 from rootproof.settings import Settings
 from rootproof.store.sql import SqlTraceStore
+from tests.cli_support import run_cli
 from tests.models.fake_openai_server import FakeOpenAI, completion, serve
 from tests.services import inherited_env
 
@@ -73,10 +73,7 @@ def _eval_cli(tmp_path: Path, fake: FakeOpenAI, *args: str, **env: str) -> subpr
         ROOTPROOF_MODEL_MAX_RETRIES="0",
         **env,
     )
-    return subprocess.run(
-        [sys.executable, "-m", "rootproof.cli", "eval", "snapshot", "--model", "openai", *args],
-        capture_output=True, text=True, env=environ, cwd=ROOT, timeout=300,
-    )
+    return run_cli(["eval", "snapshot", "--model", "openai", *args], env=environ, cwd=ROOT)
 
 
 @pytest.mark.slow
@@ -131,11 +128,7 @@ def test_a_scenario_past_its_case_timeout_is_a_fallback_row_and_the_eval_goes_on
     assert elapsed < 60, "the 30 s replies must not be awaited"
     assert sum(1 for ln in p.stderr.splitlines() if "FALLBACK/DEADLINE_EXCEEDED" in ln and " tok/s" in ln) == 2, p.stderr
     stored = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "rootproof.cli", "eval", "show", data["eval_id"], "--json"],
-            capture_output=True, text=True, cwd=ROOT, timeout=120,
-            env={**os.environ, "ROOTPROOF_HOME": str(tmp_path / "home")},
-        ).stdout
+        run_cli(["eval", "show", data["eval_id"], "--json"], env={**os.environ, "ROOTPROOF_HOME": str(tmp_path / "home")}, cwd=ROOT).stdout
     )
     assert stored["model"] == "openai:fake-local" and stored["settings"]["deadline_s"] == 3.0
 

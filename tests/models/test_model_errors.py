@@ -21,6 +21,7 @@ from rootproof.runtime import Runtime
 from rootproof.scenarios.loader import load_scenario
 from rootproof.settings import load_settings
 from rootproof.store import SqlTraceStore
+from tests.cli_support import run_cli
 
 from .fake_openai_server import FakeOpenAI, completion, error, fake_openai, unauthorized  # noqa: F401
 from .test_openai_compat import request
@@ -151,13 +152,7 @@ def _cli(args: list[str], env: dict[str, str], tmp_path: Path) -> subprocess.Com
         if not k.startswith("ROOTPROOF_") and k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")
     }
     base |= {"ROOTPROOF_HOME": str(tmp_path / "home"), "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.run(
-        [sys.executable, "-m", "rootproof.cli", *args],
-        env=base | env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli(args, env=base | env)
 
 
 @pytest.mark.parametrize(

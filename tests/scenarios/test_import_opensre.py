@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from rootproof.scenarios.importers import ImportLimits, import_opensre
 from rootproof.scenarios.loader import load_scenario
 from rootproof.settings import Settings
 from rootproof.tools.refs import NO_EVIDENCE_PATH, canonical_json, fold_text
+from tests.cli_support import run_cli
 from tests.services import inherited_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -620,14 +620,7 @@ def test_malformed_json_through_the_real_entry_point(tmp_path: Path) -> None:
     _case(src, **{"aws_performance_insights.json": '{"top_sql": [1, 2'})
     env = inherited_env()
     env |= {"ROOTPROOF_HOME": str(tmp_path / "home"), "PYTHONPATH": os.pathsep.join(sys.path)}
-    p = subprocess.run(
-        [sys.executable, "-m", "rootproof.cli", "import", "opensre", str(src), str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=120,
-    )
+    p = run_cli(["import", "opensre", str(src), str(tmp_path / "out")], env=env, cwd=ROOT)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert p.stderr.strip().splitlines() == [p.stderr.strip()]
     assert p.stderr.startswith("Error: 901-leak/aws_performance_insights.json: not valid JSON")
