@@ -1,10 +1,11 @@
 """Shared fixtures.
 
-Every test starts from a known environment (`_environment`, autouse): no `ROOTPROOF_*` setting
-of the calling shell except `ROOTPROOF_TEST_*` and `ROOTPROOF_REQUIRE_SERVICES`, `ROOTPROOF_HOME`
-a fresh folder, and `ROOTPROOF_KB_INDEX_DIR` the knowledge-base index cache of the whole test
-run (`kb_index_dir`): every card is encoded once per run, by whichever worker needs it first; a
-test that must see a cold build gives `KnowledgeBase.load` a cache folder of its own.
+Every test starts from a known environment (`_environment`, autouse; `_session_environment`
+does the same for module and session fixtures): no `ROOTPROOF_*` setting of the calling shell
+except `ROOTPROOF_TEST_*` and `ROOTPROOF_REQUIRE_SERVICES`, `ROOTPROOF_HOME` a fresh folder, and
+`ROOTPROOF_KB_INDEX_DIR` the knowledge-base index cache kept in pytest's cache folder
+(`kb_index_dir`): a card is encoded once, then read by every worker and later run until it
+changes; a test that must see a cold build gives `KnowledgeBase.load` a cache folder of its own.
 `runtime` is a Runtime on a fresh data folder, closed after the test; `make_runtime` builds
 more (closed after the test too).
 
@@ -44,20 +45,25 @@ KEPT_VARIABLES = ("ROOTPROOF_TEST_", "ROOTPROOF_REQUIRE_SERVICES")
 
 
 @pytest.fixture(scope="session")
-def kb_index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The knowledge-base index cache shared by every test of this run (and every xdist worker:
-    the folder sits beside the workers' own temporary folders). Entries are named by content
-    and written atomically, so workers that build the same card at once do no harm."""
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    folder = root / "kb-index"
-    folder.mkdir(exist_ok=True)
+def kb_index_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The knowledge-base index cache shared by every test of this run, every xdist worker and
+    the runs after it: pytest's cache folder (`.pytest_cache/d/kb-index`, else a folder beside
+    the workers' temporary folders). Entries are named by card content and index version and
+    written atomically, so a changed card is the only one encoded again, and workers that build
+    the same card at once do no harm."""
+    cache = getattr(request.config, "cache", None)
+    if cache is not None:
+        folder = Path(cache.mkdir("kb-index"))
+    else:
+        base = tmp_path_factory.getbasetemp()
+        folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "kb-index"
+        folder.mkdir(exist_ok=True)
     # Built once, before any test needs it: the first worker here encodes the built-in cards
     # while the others wait on the lock, then read them (an encode inside a test, on a loaded
     # machine, can outlast a tool call's timeout).
     from rootproof.kb.index import KnowledgeBase
 
-    with (root / "kb-index.lock").open("w") as lock:
+    with (folder.parent / "kb-index.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         KnowledgeBase.load([], cache_dir=folder)
     return folder
