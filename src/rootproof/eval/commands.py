@@ -63,12 +63,21 @@ def _snapshot(
         Path | None,
         typer.Option("--html", help="Write the self-contained HTML report to FILE.", metavar="FILE"),
     ] = None,
+    questions_spec: Annotated[
+        str | None,
+        typer.Option(
+            "--questions",
+            help="The wording benchmark: also run every scenario once per question of FILE (one per line, # comments) or of the shipped `default` list.",
+            metavar="FILE|default",
+        ),
+    ] = None,
 ) -> None:
     """Run the snapshot benchmark: every scenario through the real pipeline, scored out of 100."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from rootproof.cli import check_output_file, emit_json, err
+    from rootproof.cli import check_output_file, emit_json, err, say
     from rootproof.errors import UsageError
+    from rootproof.eval.questions import load_questions
     from rootproof.eval.report import render_html, report_json
     from rootproof.eval.snapshot import run_suite
     from rootproof.scenarios.loader import list_scenarios
@@ -81,7 +90,8 @@ def _snapshot(
         raise UsageError(f"--model: expected offline or openai (got {model!r})")
     if jobs < 1:
         raise UsageError(f"--jobs: expected at least 1 (got {jobs})")
-    total = len(list_scenarios(scenarios))
+    questions = load_questions(questions_spec) if questions_spec is not None else None
+    total = len(list_scenarios(scenarios)) * (1 + len(questions or []))
     settings = load_settings()
     bar = Progress(
         TextColumn("[bold]snapshot[/bold] {task.description}"),
@@ -102,7 +112,8 @@ def _snapshot(
 
     try:
         suite = run_suite(
-            scenarios, settings=settings, model=model, jobs=jobs, progress=advance, on_case=case_done
+            scenarios, settings=settings, model=model, jobs=jobs, progress=advance, on_case=case_done,
+            questions=questions,
         )
     finally:
         bar.stop()
@@ -118,12 +129,22 @@ def _snapshot(
         mark = "PASS" if row["passed"] else "FAIL"
         extra = f"  {row['failure_class']}: {'; '.join(row['failure_reasons'])}" if not row["passed"] else ""
         print(f"{mark} {row['score']:6.1f}  {row['id']:<26} {row['outcome'] or '-':<9}{extra}")
+        for q in row.get("questions", []):
+            rc = q["root_cause"]
+            label = f"{rc['component']}/{rc['mechanism']}" if rc else "no root cause"
+            flags = ("agrees" if q["agrees"] else "DIFFERS") + (", FALSE-CONFIDENT" if q["false_confident"] else "")
+            say(f"    {flags:<9} {label:<36} {q['question']}")
     print(
         f"eval {data['eval_id']} {data['state']}: {s['scenarios']} scenarios, mean {s['mean_score']}, pass rate {s['pass_rate']}, "
         f"publish {s['publish_rate']}, fallback {s['fallback_rate']}, false-confident {s['false_confident_rate']}, "
         f"hard gates {s['hard_gate_violations']}, AIOps rules passed {s.get('aiops_pass_rate')} of {s.get('alert_scenarios', 0)} alert runs, "
         f"{s['wall_time_s']} s ({s['scenarios_per_second']} scenarios/s, jobs {s['jobs']})"
     )
+    if questions:
+        print(
+            f"wording: {s['question_runs']} runs under {s['questions']} questions, agreement {s['question_agreement']}, "
+            f"false-confident over all runs {s['false_confident_rate']} (own questions {s['own_question_false_confident_rate']})"
+        )
 
 
 def case_line(case: CaseResult, done: int, total: int) -> str:

@@ -146,6 +146,7 @@ def case_row(c: CaseResult) -> dict[str, Any]:
         "failure_reasons": list(s.failure_reasons),
         "aiops": _aiops_row(obs.aiops),
         "run_id": obs.run_id,
+        **({"questions": [q.as_dict() for q in c.questions]} if c.questions else {}),
     }
 
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rootproof.errors import ConfigError, RootproofError, ScenarioError
+from rootproof.eval.questions import QuestionRun, agreement_summary
 from rootproof.eval.scoring import DIMENSIONS, CaseObservation, CaseScore, score_case
 from rootproof.run.records import EvalCaseRecord, EvalRunRecord, utcnow
 from rootproof.settings import Settings
@@ -290,7 +291,8 @@ def run_case(job: dict[str, Any]) -> dict[str, Any]:
 
     `job`: `folder` (the scenario folder), `settings` (a `Settings`), `model` (`offline` |
     `openai` | None for the settings' choice), `model_factory` (`module:callable` returning
-    a `Model`, a test hook) — all picklable. Never raises: a failure becomes `error`.
+    a `Model`, a test hook), `question` (the wording benchmark's question in place of the
+    scenario's own) — all picklable. Never raises: a failure becomes `error`.
     """
     _init_worker()
     folder = Path(job["folder"])
@@ -316,9 +318,8 @@ def run_case(job: dict[str, Any]) -> dict[str, Any]:
             scenario = load_scenario(folder)
             backstop.start()
             t_run = time.perf_counter()
-            out = h.diagnose(
-                scenario.question, scenario=scenario, alert=scenario.alert, model=model, cancellation=cancellation
-            )
+            question = job.get("question") or scenario.question  # the wording benchmark's question
+            out = h.diagnose(question, scenario=scenario, alert=scenario.alert, model=model, cancellation=cancellation)
         finally:
             _AgentPhase.active = False
             backstop.cancel()
@@ -356,6 +357,8 @@ class CaseResult:
     wall_time_s: float = 0.0
     """Wall-clock seconds of the run (`Harness.diagnose` in the worker); the worker's whole time
     when no run finished (a worker error)."""
+    questions: list[QuestionRun] = field(default_factory=list)
+    """The runs under the wording benchmark's questions (`--questions`), in the list's order."""
 
     @property
     def tokens_per_second(self) -> float:
@@ -494,6 +497,7 @@ def run_suite(
     store: SqlTraceStore | None = None,
     progress: ProgressFn | None = None,
     on_case: CaseFn | None = None,
+    questions: list[str] | None = None,
 ) -> SuiteResult:
     """Run a snapshot suite and persist it.
 
@@ -506,6 +510,9 @@ def run_suite(
         store: where the eval run goes (default: the settings' trace store).
         progress: called when the runs start and after each case.
         on_case: called with each case's result as it is scored.
+        questions: the wording benchmark (`--questions`): every scenario also runs once per
+            question, in place of its own; the summary adds `question_agreement` and counts
+            false-confident runs over all of them; each case lists its `questions` runs.
 
     Each run's deadline is `settings.eval_case_timeout_s`, else `settings.deadline_s`.
 
@@ -563,18 +570,26 @@ def run_suite(
     record.state = "running"
     store.save_eval_run(record)
     if progress is not None:
-        progress("", 0, len(folders))
+        progress("", 0, len(folders) * (1 + len(questions or [])))
     results: dict[str, CaseResult] = {}
     errors: list[str] = []
     start = time.perf_counter()
     job_base = {"settings": run_settings, "model": model, "model_factory": model_factory}
+    asked = questions or []
+    total = len(folders) * (1 + len(asked))
+    asked_results: dict[tuple[str, int], CaseResult] = {}
     pool = cf.ProcessPoolExecutor(
         max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker
     )
     try:
-        futures = {pool.submit(run_case, {**job_base, "folder": str(f)}): f for f in folders}
+        futures = {pool.submit(run_case, {**job_base, "folder": str(f)}): (f, -1) for f in folders}
+        futures |= {
+            pool.submit(run_case, {**job_base, "folder": str(f), "question": q}): (f, i)
+            for f in folders
+            for i, q in enumerate(asked)
+        }
         for fut in cf.as_completed(futures):
-            folder = futures[fut]
+            folder, qi = futures[fut]
             try:
                 data = fut.result()
             except Exception as exc:  # the worker process died (BrokenProcessPool) or could not pickle
@@ -584,6 +599,13 @@ def run_suite(
             except RootproofError as exc:
                 data = {**data, "error": data.get("error") or f"ground truth failed to load: {exc}"}
                 truth = None
+            if qi >= 0:
+                asked_case = asked_results[(folder.name, qi)] = _case_result(folder, data, truth)
+                if asked_case.observation.error:
+                    errors.append(f"{folder.name} (question {qi + 1}): {asked_case.observation.error}")
+                if progress is not None:
+                    progress(folder.name, len(results) + len(asked_results), total)
+                continue
             case = results[folder.name] = _case_result(folder, data, truth)
             if case.observation.error:
                 errors.append(f"{folder.name}: {case.observation.error}")
@@ -591,7 +613,7 @@ def run_suite(
             if on_case is not None:
                 on_case(case, len(results), len(folders))
             if progress is not None:
-                progress(folder.name, len(results), len(folders))
+                progress(folder.name, len(results) + len(asked_results), total)
     except KeyboardInterrupt:
         pool.shutdown(wait=False, cancel_futures=True)
         record.state = "cancelled"
@@ -602,7 +624,25 @@ def run_suite(
     pool.shutdown(wait=True)
     wall = time.perf_counter() - start
     cases = [results[f.name] for f in folders if f.name in results]
+    for c in cases:
+        for i, q in enumerate(asked):
+            r = asked_results.get((c.scenario_id, i))
+            if r is not None:
+                c.questions.append(
+                    QuestionRun(
+                        question=q,
+                        root_cause=r.score.root_cause,
+                        own_root_cause=c.score.root_cause,
+                        false_confident=r.score.false_confident,
+                        outcome=r.observation.release_outcome,
+                        run_id=r.observation.run_id,
+                    )
+                )
     summary = summarize(cases, wall_s=wall, jobs=jobs)
+    if questions:
+        summary |= agreement_summary(
+            [r for c in cases for r in c.questions], sum(1 for c in cases if c.score.false_confident), len(cases)
+        )
     summary["model"] = record.model
     summary["timings"] = {c.scenario_id: c.observation.timings for c in cases}
     if errors:
