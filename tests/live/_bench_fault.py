@@ -2,13 +2,14 @@
 switch above nginx's `proxy_read_timeout`, registered under a test name by `register()`.
 Also run as a script by the signal test: `python tests/live/_bench_fault.py ROOT HOME` runs the
 scenario (exit 128 + signal number when SIGINT/SIGTERM stops it; `DIAGNOSE` is printed when the
-diagnose phase starts).
+diagnose phase starts) with the model `ROOTPROOF_MODEL` names (default offline).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -130,7 +131,9 @@ def main() -> int:
         if phase == "diagnose":
             print("DIAGNOSE", flush=True)
 
-    settings = load_settings(data_dir=home, live_root=root, model="offline")
+    # The model the caller's environment names (the signal test points it at a model server that
+    # holds every request, so the diagnosis is still running whenever the signal comes).
+    settings = load_settings(data_dir=home, live_root=root, model=os.environ.get("ROOTPROOF_MODEL", "offline"))
     try:
         suite = run_live(
             [TEST_NAME],

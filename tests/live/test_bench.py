@@ -35,6 +35,7 @@ from rootproof.live.layout import COMPONENTS, RunPaths, read_pidfiles
 from rootproof.live.procs import is_running
 from rootproof.settings import load_settings
 from rootproof.store.sql import SqlTraceStore
+from tests.service.support import SlowModelServer
 from tests.services import inherited_env
 
 from ._bench_fault import TEST_NAME, NginxTimeoutFault, executor, scenario
@@ -125,26 +126,26 @@ def test_one_scenario_runs_every_phase_scores_audits_and_persists(root: Path, re
         reap(other)
 
 
-@pytest.mark.serial  # a signal timed against a phase: measured alone
 def test_sigterm_during_the_diagnosis_cleans_up_and_records_the_eval_cancelled(root: Path) -> None:
     need_binaries(COMPONENTS)
-    env = inherited_env() | {
-        "PYTHONPATH": os.pathsep.join(sys.path)
-    }
-    script = str(ROOT / "tests" / "live" / "_bench_fault.py")
-    p = subprocess.Popen(
-        [sys.executable, script, str(root), str(root / "home")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        read_until(p, "DIAGNOSE")
-        p.send_signal(signal.SIGTERM)
-        assert p.wait(timeout=60) == 128 + signal.SIGTERM, p.stderr.read() if p.stderr else ""
-    finally:
-        reap(p)
+    # The diagnosis asks a model server that holds every request for a minute: whenever the
+    # signal arrives after the phase began (however loaded the machine), the diagnosis is running.
+    with SlowModelServer(hold_s=60) as model:
+        env = inherited_env() | {"PYTHONPATH": os.pathsep.join(sys.path)} | model.env()
+        script = str(ROOT / "tests" / "live" / "_bench_fault.py")
+        p = subprocess.Popen(
+            [sys.executable, script, str(root), str(root / "home")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        try:
+            read_until(p, "DIAGNOSE")
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(timeout=60) == 128 + signal.SIGTERM, p.stderr.read() if p.stderr else ""
+        finally:
+            reap(p)
     assert list_runs(root) == []  # stopped and removed, folder and all
     store = SqlTraceStore(f"sqlite:///{root / 'home' / 'rootproof.db'}")
     (run,) = store.list_eval_runs(5)
