@@ -541,10 +541,12 @@ class _Run:
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[Phase]:
         p = self.case.phases[name]
-        if self.progress is not None:
-            self.progress(self.sc.name, name, PHASES.index(name), len(PHASES))
         t0 = time.perf_counter()
         try:
+            # Reported inside the phase: a signal that follows the report interrupts this phase
+            # (it used to find the phase not yet begun, and leave it neither done nor interrupted).
+            if self.progress is not None:
+                self.progress(self.sc.name, name, PHASES.index(name), len(PHASES))
             yield p
             if p.ok is None:
                 p.ok = True
