@@ -128,6 +128,18 @@ class BackendUnavailable(BackendError):
     Counts toward the circuit breaker of that backend and target."""
 
 
+class BackendRefused(BackendUnavailable):
+    """The system refused rootproof's own connection and said why: a limit ran out (Redis `max
+    number of clients reached`, PostgreSQL `sorry, too many clients already`). Backends turn it
+    into a citable result (`refused`, ref `$.refused`), not a failed call: the refusal is
+    evidence of the limit. Never worked around with other credentials."""
+
+    def __init__(self, message: str, *, answer: str) -> None:
+        super().__init__(message)
+        self.answer = answer
+        """The server's own words, one line."""
+
+
 class BackendQueryError(BackendError):
     """The system answered but this query failed: a bad query, a missing extension, a missing file.
 

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "NO_EVIDENCE_PATH",
+    "REFUSED_PATH",
     "DataSource",
     "EvidenceRef",
     "EvidenceStatus",
@@ -32,6 +33,8 @@ __all__ = [
 ]
 
 NO_EVIDENCE_PATH = "$.no_evidence"
+REFUSED_PATH = "$.refused"
+"""The server's refusal of rootproof's own connection (a limit ran out): evidence, citable."""
 
 
 class EvidenceStatus(StrEnum):
@@ -221,6 +224,8 @@ def ref_text(tool: str, result: dict[str, Any], path: str) -> str:
     head = segments[0]
     if path == NO_EVIDENCE_PATH:
         return str(value)
+    if path == REFUSED_PATH:
+        return f"refused: {value}"
     if head == "entries" and len(segments) == 2:
         return _log_entry_text(value)
     if head == "series" and len(segments) == 2:
@@ -248,6 +253,8 @@ def ref_items(tool: str, result: dict[str, Any]) -> list[tuple[str, str]]:
     """`(path, ref_text(tool, result, path))` for every path of `enumerate_ref_paths(result)`, in
     its order, read straight from the result instead of parsing each path back (the same text)."""
     out: list[tuple[str, str]] = []
+    if isinstance(result.get("refused"), str):
+        out.append((REFUSED_PATH, f"refused: {result['refused']}"))
     window = result.get("window") or {}
     clients = tool == "inspect_redis" and result.get("kind") == "clients"
     for key in ("entries", "series", "rows", "lines", "config", "results"):
@@ -296,7 +303,7 @@ def ref_items(tool: str, result: dict[str, Any]) -> list[tuple[str, str]]:
 
 def enumerate_ref_paths(result: dict[str, Any]) -> list[str]:
     """Every citable path of a canonical result, in result order."""
-    paths: list[str] = []
+    paths: list[str] = [REFUSED_PATH] if isinstance(result.get("refused"), str) else []
     for key in ("entries", "series", "rows", "lines", "config", "results"):
         items = result.get(key)
         if isinstance(items, list):

@@ -82,7 +82,7 @@ def _plain(obj: Any) -> Any:
 
 def _json(obj: Any) -> dict[str, Any]:
     data: dict[str, Any] = _plain(obj)
-    for key in ("no_evidence", "deduplicated", "total_matches"):  # total_matches: optional only in MetricsResult
+    for key in ("no_evidence", "refused", "deduplicated", "total_matches"):  # total_matches: optional only in MetricsResult
         if key in data and data[key] is None:
             del data[key]
     return data
@@ -201,6 +201,8 @@ class RowsResult(_Shape):
     total_matches: int
     rows: list[dict[str, Any]] = field(default_factory=list)
     no_evidence: str | None = None
+    refused: str | None = None
+    """The server refused rootproof's own connection and said why (its words): citable at `$.refused`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,6 +214,8 @@ class LinesResult(_Shape):
     total_matches: int
     lines: list[str] = field(default_factory=list)
     no_evidence: str | None = None
+    refused: str | None = None
+    """The server refused rootproof's own connection and said why (its words): citable at `$.refused`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,6 +225,8 @@ class SettingsResult(_Shape):
     kind: str
     settings: dict[str, Scalar] = field(default_factory=dict)
     no_evidence: str | None = None
+    refused: str | None = None
+    """The server refused rootproof's own connection and said why (its words): citable at `$.refused`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,6 +236,8 @@ class InfoResult(_Shape):
     kind: str
     info: dict[str, dict[str, Scalar]] = field(default_factory=dict)
     no_evidence: str | None = None
+    refused: str | None = None
+    """The server refused rootproof's own connection and said why (its words): citable at `$.refused`."""
 
 
 @dataclass(frozen=True, kw_only=True)

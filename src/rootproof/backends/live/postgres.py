@@ -35,8 +35,9 @@ from pydantic import BaseModel, ValidationError
 from rootproof.backends.live import postgres_sql as q
 from rootproof.backends.live.postgres_log import in_window, open_regular, parse_records, read_tail, zone_of
 from rootproof.backends.live.postgres_session import Watchdog, connect_params, discover_log, masked_dsn, shut
+from rootproof.backends.live.refusal import refusal_answer, refused_result
 from rootproof.backends.query import TimeWindow, order_matches, parse_query
-from rootproof.errors import BackendError, BackendQueryError, BackendUnavailable, ConfigError
+from rootproof.errors import BackendError, BackendQueryError, BackendRefused, BackendUnavailable, ConfigError
 from rootproof.scenarios.types import format_timestamp
 from rootproof.targets import PostgresTarget, TargetCheck, secret_of
 from rootproof.tools.base import BackendResult, InspectPostgresArgs, window_start
@@ -98,7 +99,11 @@ class PostgresBackend:
         try:
             conn = psycopg.connect(autocommit=False, row_factory=dict_row, prepare_threshold=None, **params)
         except psycopg.Error as exc:
-            raise BackendUnavailable(f"{self._where()}: cannot connect: {self._scrub(str(exc))}") from None
+            reason = self._scrub(str(exc))
+            answer = refusal_answer(reason)
+            if answer is not None:  # a connection limit said no: evidence (`call` returns it as a result)
+                raise BackendRefused(f"{self._where()}: refused: {reason}", answer=answer) from None
+            raise BackendUnavailable(f"{self._where()}: cannot connect: {reason}") from None
         conn.read_only = True  # every transaction starts with BEGIN READ ONLY
         return conn
 
@@ -198,6 +203,10 @@ class PostgresBackend:
         self._acquire()
         try:
             out, scanned, nbytes = self._answer(args, now)
+        except BackendRefused as exc:
+            # A refusal is evidence: the server's answer is the call's (citable) result.
+            shape = {"log": "lines", "settings": "settings"}.get(args.kind, "rows")
+            out, scanned, nbytes = refused_result(args.kind, shape, exc.answer, now=now, since=args.since), 0, 0  # type: ignore[assignment]
         finally:
             self._lock.release()
         details: dict[str, Any] = {

@@ -48,9 +48,10 @@ from rootproof.backends.live._redis_text import (
     read_log_tail,
     slowlog_line,
 )
+from rootproof.backends.live.refusal import refusal_answer, refused_result
 from rootproof.backends.live.tailfile import open_regular
 from rootproof.backends.query import TimeWindow, order_matches, parse_query
-from rootproof.errors import BackendError, BackendQueryError, BackendUnavailable, ConfigError
+from rootproof.errors import BackendError, BackendQueryError, BackendRefused, BackendUnavailable, ConfigError
 from rootproof.scenarios.types import format_timestamp
 from rootproof.targets import RedisTarget, TargetCheck, secret_of
 from rootproof.tools.base import BackendResult, InspectRedisArgs, window_start
@@ -156,6 +157,9 @@ class RedisBackend:
         if isinstance(exc, rex.TimeoutError):
             return BackendUnavailable(f"{where}: timed out after {self._target.timeout_s:g} s while {doing}: {text}")
         if isinstance(exc, rex.ConnectionError):  # refused, reset, max clients reached, LOADING
+            answer = refusal_answer(text)
+            if answer is not None:  # the server said why: evidence (`call` returns it as a result)
+                return BackendRefused(f"{where}: refused while {doing}: {text}", answer=answer)
             return BackendUnavailable(f"{where}: unreachable while {doing}: {text}")
         if isinstance(exc, rex.ResponseError) and str(exc).startswith("BUSY"):  # a script or module blocks the server
             return BackendUnavailable(f"{where}: busy while {doing}: {text}")
@@ -236,7 +240,13 @@ class RedisBackend:
             "config": self._config,
             "log": self._log,
         }
-        result, details = handlers[args.kind](args, now)
+        try:
+            result, details = handlers[args.kind](args, now)
+        except BackendRefused as exc:
+            # A refusal is evidence: the server's answer is the call's (citable) result.
+            shape = {"info": "info", "clients": "rows", "config": "settings"}.get(args.kind, "lines")
+            result = refused_result(args.kind, shape, exc.answer, now=now, since=args.since)
+            details = {"refused": True}
         details = {
             "target": self._target.name,
             "kind": args.kind,
