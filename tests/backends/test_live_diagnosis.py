@@ -2,7 +2,8 @@
 `rootproof diagnose --targets`, published as postgresql / row_lock_contention with `live:` refs;
 a dead target fails only its own backend; `targets check` names a dead target.
 
-The CLI runs as a subprocess, the way a user runs it; the lock is held by two real sessions.
+The CLI runs as a user runs it (in the test process: tests/cli_support.py); the lock is held by two
+real sessions.
 """
 
 from __future__ import annotations

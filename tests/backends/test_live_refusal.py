@@ -5,9 +5,11 @@ backend; any other connection failure stays a failed call."""
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -20,9 +22,12 @@ from rootproof.backends.live.postgres import PostgresBackend
 from rootproof.backends.live.redis import RedisBackend
 from rootproof.backends.live.refusal import refusal_answer
 from rootproof.errors import BackendUnavailable
+from rootproof.eval.questions import load_questions
 from rootproof.targets import PostgresTarget, RedisTarget
 from rootproof.tools.base import InspectPostgresArgs, InspectRedisArgs
 from rootproof.tools.refs import REFUSED_PATH, enumerate_ref_paths, ref_items, ref_text
+from tests.cli_support import run_cli
+from tests.services import inherited_env
 
 from ._redis_server import client, private_redis
 from .pg_support import SERVER, private_database
@@ -129,3 +134,59 @@ def test_postgres_role_at_its_connection_limit_answers_with_its_refusal(limited_
                 assert doc["kind"] == kind and not doc.get(shape) and "no_evidence" not in doc
         finally:
             backend.close()
+
+
+def _session_log(path: Path, now: datetime) -> Path:
+    """The session service's log: a login that worked, then Redis refusing its new connections."""
+    lines = [
+        {"ts": (now - timedelta(minutes=9)).isoformat(), "level": "INFO", "service": "session-service", "message": "POST /login 200 12ms user=u-1830"},
+    ]
+    for i in range(6):
+        lines.append(
+            {
+                "ts": (now - timedelta(minutes=5 - i * 0.5)).isoformat(),
+                "level": "ERROR",
+                "service": "session-service",
+                "message": f"POST /login 500 user=u-{2000 + i}: redis.exceptions.ConnectionError: max number of clients reached",
+            }
+        )
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["Login sessions keep failing since a few minutes. What is going on?", "用户登录一直失败，帮忙看下怎么回事", *load_questions("default")],
+)
+def test_a_redis_refusing_every_new_client_is_diagnosed_from_its_refusal(tmp_path: Path, question: str) -> None:
+    with private_redis(maxclients=MAXCLIENTS) as server:
+        held: list[redis.Redis] = []
+        try:
+            while len(held) < MAXCLIENTS:
+                c = client(server, f"hold-{len(held)}")
+                c.ping()
+                held.append(c)
+            log = _session_log(tmp_path / "session.jsonl", datetime.now(UTC))
+            targets = tmp_path / "rootproof.targets.yaml"
+            targets.write_text(
+                "targets:\n"
+                f"  - {{name: cache, kind: redis, url: {json.dumps(server.url)}, timeout_s: 2}}\n"
+                f"  - {{name: sessions, kind: logs, paths: [{json.dumps(str(log))}], format: jsonl, service: session-service}}\n",
+                encoding="utf-8",
+            )
+            home = tmp_path / "home"
+            out = run_cli(["diagnose", "--targets", str(targets), question, "--json"], env=inherited_env() | {"ROOTPROOF_HOME": str(home)})
+            assert out.returncode == 0, out.stderr
+            result = json.loads(out.stdout)
+            trace_out = run_cli(["trace", result["run_id"], "--json"], env=inherited_env() | {"ROOTPROOF_HOME": str(home)})
+            trace = json.loads(trace_out.stdout)
+        finally:
+            for c in held:
+                c.close()
+    assert result["release_outcome"] == "PUBLISHED", (result, out.stderr)
+    report = result["content"]["report"]
+    assert (report["root_cause"]["component"], report["root_cause"]["mechanism"]) == ("redis", "max_clients_reached")
+    invocations = {i["invocation_id"]: i for i in trace["invocations"]}
+    cited = [c for claim in report["claims"] if claim["id"] in report["root_cause"]["claim_ids"] for c in claim["citations"]]
+    refusals = [c for c in cited if invocations[c["invocation_id"]]["tool_name"] == "inspect_redis" and c["raw_path"] == REFUSED_PATH]
+    assert refusals and "max number of clients reached" in refusals[0]["excerpt"], cited
