@@ -52,15 +52,22 @@ def _strings(v: object) -> list[str]:
     return [] if v is None else [str(v)]
 
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: this corpus is read at collection, by every worker
+
+
+def _load(f: Path) -> Any:
+    return yaml.load(f.read_text(encoding="utf-8"), Loader=_LOADER)  # noqa: S506 - a safe loader
+
+
 def _corpus() -> list[str]:
     texts: list[str] = []
     for f in sorted(BUILTIN.glob("*/snapshot/tool_responses.yaml")):
-        texts.extend(_strings(yaml.safe_load(f.read_text(encoding="utf-8"))))
+        texts.extend(_strings(_load(f)))
     for f in sorted(DATA.rglob("*.yaml")):
         if "heldout" in f.relative_to(DATA).parts:  # measurement data, not the fixtures this corpus was built from
             continue
         try:
-            texts.extend(_strings(yaml.safe_load(f.read_text(encoding="utf-8"))))
+            texts.extend(_strings(_load(f)))
         except yaml.YAMLError:
             continue
     shared = Path(os.environ.get("ROOTPROOF_TEST_SHARED_DATA", "/nonexistent")) / "real-logs"
@@ -157,7 +164,7 @@ def _redact_value_plain(value: Any) -> Any:
 
 def test_redact_value_matches_its_plain_definition() -> None:
     for f in sorted(BUILTIN.glob("*/snapshot/tool_responses.yaml")):
-        data = yaml.safe_load(f.read_text(encoding="utf-8"))
+        data = _load(f)
         assert redaction.redact_value(data) == _redact_value_plain(data)
     odd = {"password": 5, "token": True, "api_key": "", "PWD": "/srv", "secret": "***", "pass": None, 3: "x", "rows": [1, 2.5, None, [True, "password=hunter2"]], "k": ("password=x",)}
     assert redaction.redact_value(odd) == _redact_value_plain(odd)
@@ -270,7 +277,7 @@ def test_nginx_time_cache_gives_the_uncached_time() -> None:
 def test_canonical_json_is_json_dumps() -> None:
     from rootproof.tools.refs import canonical_json
 
-    values: list[Any] = [yaml.safe_load(f.read_text(encoding="utf-8")) for f in sorted(BUILTIN.glob("*/snapshot/tool_responses.yaml"))]
+    values: list[Any] = [_load(f) for f in sorted(BUILTIN.glob("*/snapshot/tool_responses.yaml"))]
     values += [{"b": 1, "a": [1.5, float("nan"), float("inf"), None, True, "é\u2028\x00\ud800"]}, "x", 3, [], {"z": {"y": [{}]}}]
     for v in values:
         assert canonical_json(v) == json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
