@@ -74,8 +74,13 @@ def test_health_readiness_and_metrics(server: ThreadServer) -> None:
         doc = ready.json()
         assert doc["ready"] and doc["database"] and doc["migrations"] and doc["redis"] is None and doc["jobs"] == "in-process"
         stream(c, "POST", "/api/chat", json={"message": "why is checkout timing out", "scenario": "pg-row-lock"}, headers=auth(OPERATOR_KEY))
-        text = c.get("/metrics").text
-        assert 'rootproof_runs_total{kind="chat",release_outcome="PUBLISHED",status="SUCCESS"}' in text
+        # The run is counted when its diagnosis returns, just after its `done` event went out:
+        # on a loaded machine the scrape right after the stream may come first (bounded wait).
+        counted = 'rootproof_runs_total{kind="chat",release_outcome="PUBLISHED",status="SUCCESS"}'
+        deadline = time.monotonic() + 10
+        while counted not in (text := c.get("/metrics").text) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert counted in text
         assert "rootproof_tool_calls_total{" in text and 'status="READY"' in text
         assert 'rootproof_guard_verdicts_total{guard="evidence_guard",verdict="PASS"}' in text
         assert "rootproof_time_to_first_event_seconds_bucket" in text
