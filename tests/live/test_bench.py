@@ -67,8 +67,14 @@ def test_one_scenario_runs_every_phase_scores_audits_and_persists(root: Path, re
         other_records = read_pidfiles(RunPaths(root / other_id))
         settings = load_settings(data_dir=root / "home", live_root=root, model="offline")
         timing = LiveTiming(baseline_hold_s=2, observe_wait_s=2, verify_hold_s=3)
+        asked = "Users are complaining. What is going on?"  # the wording benchmark: one more question
         suite = run_live(
-            [TEST_NAME], settings=settings, config=LiveConfig(root=root), timing=timing, executor=executor()
+            [TEST_NAME],
+            settings=settings,
+            config=LiveConfig(root=root),
+            timing=timing,
+            executor=executor(),
+            questions=[asked],
         )
         (case,) = suite.cases
         assert case.infra_invalid is None, case.infra_invalid
@@ -121,6 +127,13 @@ def test_one_scenario_runs_every_phase_scores_audits_and_persists(root: Path, re
         doc = report_json(suite)
         assert doc["kind"] == "live" and doc["scenarios"][0]["phases"].keys() == set(PHASES)
         assert {"scenarios", "mean_score", "pass_rate", "infra_invalid", "residue"} <= doc["summary"].keys()
+        # The same injection answered the benchmark's question too; recovery ran once.
+        (q,) = doc["scenarios"][0]["questions"]
+        assert q["question"] == asked and q["run_id"] not in (None, case.run_id)
+        assert q["agrees"] == (q["root_cause"] == case.root_cause) and q["false_confident"] is False
+        s = doc["summary"]
+        assert s["questions"] == 1 and s["question_runs"] == 1 and s["question_agreement"] in (0.0, 1.0)
+        assert s["false_confident_rate"] == 0.0 and len(case.recovery) == len(case.recovery_dict()["actions"])
         assert f'id="live-{TEST_NAME}"' in render_html(suite)
     finally:
         reap(other)

@@ -67,6 +67,14 @@ def live_command(
             metavar="DIR",
         ),
     ] = None,
+    questions_spec: Annotated[
+        str | None,
+        typer.Option(
+            "--questions",
+            help="The wording benchmark: while each fault is injected, also diagnose it once per question of FILE (one per line, # comments) or of the shipped `default` list.",
+            metavar="FILE|default",
+        ),
+    ] = None,
 ) -> None:
     """Run the live benchmark: each scenario's fault really happens in a fresh private
     environment, `rootproof diagnose` diagnoses it, recovery runs behind approval, and the
@@ -84,6 +92,9 @@ def live_command(
     if approve not in APPROVALS:
         raise UsageError(f"--approve: expected one of {', '.join(APPROVALS)} (got {approve!r})")
     chosen = resolve_scenarios(scenario)  # an unknown name: one line naming it and the known ones (exit 2)
+    from rootproof.eval.questions import load_questions
+
+    questions = load_questions(questions_spec) if questions_spec is not None else None
     settings = load_settings()
     to_stdout = json_file == "-"
     if json_file is not None and not to_stdout:
@@ -120,6 +131,7 @@ def live_command(
             record_dir=record,
             progress=advance,
             on_case=case_done,
+            questions=questions,
         )
     except Interrupted as exc:
         bar.stop()
@@ -155,6 +167,18 @@ def live_command(
         ),
         file=out,
     )
+    if "question_agreement" in s:
+        for c in suite.cases:
+            for q in c.questions:
+                rc = q.root_cause
+                label = f"{rc['component']}/{rc['mechanism']}" if rc else "no root cause"
+                flags = ("agrees" if q.agrees else "DIFFERS") + (", FALSE-CONFIDENT" if q.false_confident else "")
+                print(terminal_safe(f"  {c.case_id} {flags:<9} {label:<36} {q.question}"), file=out)
+        print(
+            f"wording: {s['question_runs']} runs under {s['questions']} questions, agreement {s['question_agreement']}, "
+            f"false-confident over all runs {s['false_confident_rate']} (own questions {s['own_question_false_confident_rate']})",
+            file=out,
+        )
 
 
 def signal_name(signum: int) -> str:

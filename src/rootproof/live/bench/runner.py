@@ -32,6 +32,7 @@ are recorded (`cancelled`) and `Interrupted` propagates (the CLI exits 130 / 143
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -50,6 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rootproof.errors import UsageError
+from rootproof.eval.questions import QuestionRun, agreement_summary
 from rootproof.eval.scoring import HARD_GATES, DimensionScore, wrong_root_cause
 from rootproof.live.bench.checks import Check, hold
 from rootproof.live.bench.recovery import APPROVALS, WHITELIST, Approval, RecoveryExecutor, RecoveryRecord
@@ -207,6 +209,8 @@ class LiveCaseResult:
     observation: CaseObservation | None = None
     snapshot: CaseScore | None = None
     """`score_case` on the diagnosis (the source of the evidence, root-cause and citation parts)."""
+    questions: list[QuestionRun] = field(default_factory=list)
+    """The diagnoses under the wording benchmark's questions (`--questions`), same injection."""
 
     @property
     def residue(self) -> list[str]:
@@ -261,6 +265,7 @@ class LiveCaseResult:
             "outcome": self.observation.release_outcome if self.observation else None,
             "tool_calls": len(self.observation.tool_audit) if self.observation else 0,
             "record": self.record,
+            **({"questions": [q.as_dict() for q in self.questions]} if self.questions else {}),
         }
 
 
@@ -317,6 +322,7 @@ def run_live(
     executor: ExecutorFactory | None = None,
     progress: ProgressFn | None = None,
     on_case: CaseFn | None = None,
+    questions: Sequence[str] | None = None,
 ) -> LiveSuiteResult:
     """Run the live scenarios `names` (all when None), each in a fresh environment, and persist
     the evaluation run (kind `live`) with one case per scenario.
@@ -331,6 +337,10 @@ def run_live(
         record_dir: freeze each scenario's live evidence there (`record.record_scenario`).
         executor: builds the recovery executor (tests); default `RecoveryExecutor`.
         progress, on_case: progress callbacks (see `ProgressFn`, `CaseFn`).
+        questions: the wording benchmark (`--questions`): while each fault is injected, the
+            diagnosis also runs once per question after its own; recovery and verification run
+            once, after the diagnosis under the scenario's own question. The summary adds
+            `question_agreement` and counts false-confident runs over all of them.
 
     Raises `UsageError` for an unknown scenario or approval (before anything runs) and
     `Interrupted` after SIGINT/SIGTERM (the eval run is recorded `cancelled`).
@@ -380,6 +390,7 @@ def run_live(
                 progress=progress,
                 eval_id=record.eval_id,
                 cases=cases,
+                questions=questions,
             )
             if on_case is not None:
                 on_case(case, len(cases), len(chosen))
@@ -434,6 +445,16 @@ def summarize(cases: Sequence[LiveCaseResult], *, wall_s: float) -> dict[str, An
         "hard_gate_violations": sum(len(c.hard_gates) for c in cases),
         "by_dimension": by_dim,
         "wall_time_s": round(wall_s, 3),
+        "false_confident_rate": round(sum(1 for c in valid if c.snapshot and c.snapshot.false_confident) / n, 4) if n else 0.0,
+        **(
+            agreement_summary(
+                [q for c in valid for q in c.questions],
+                sum(1 for c in valid if c.snapshot and c.snapshot.false_confident),
+                n,
+            )
+            if any(c.questions for c in valid)
+            else {}
+        ),
         "cases": {c.case_id: _stored_case(c) for c in cases},
     }
 
@@ -504,6 +525,7 @@ class _Run:
         record_dir: Path | None,
         executor: ExecutorFactory | None,
         progress: ProgressFn | None,
+        questions: Sequence[str] | None = None,
     ) -> None:
         from rootproof.live.env import LiveEnvironment
 
@@ -516,6 +538,9 @@ class _Run:
         self.record_dir = record_dir
         self.executor = executor or RecoveryExecutor
         self.progress = progress
+        self.questions = list(questions or [])
+        self.asked: list[tuple[str, CaseObservation]] = []
+        """(question, observation) of the wording benchmark's diagnoses."""
         self.env = LiveEnvironment(config)
         self.fault: Fault | None = None
         self.truth: GroundTruth | None = None
@@ -656,6 +681,12 @@ class _Run:
             if obs.error is not None:
                 raise _PhaseFailed(obs.error)
             p.detail = f"run {obs.run_id}: {obs.release_outcome} {obs.fallback_type or ''}".strip()
+            # The wording benchmark: the same injected fault, asked in other words.
+            for q in self.questions:
+                asked = dataclasses.replace(self.sc, question=q)
+                self.asked.append((q, _diagnose(asked, self.env, self.settings, self.store, self.timing)))
+            if self.questions:
+                p.detail += f"; {len(self.asked)} more under the benchmark's questions"
         if self.record_dir is not None:
             self.case.record = _record(self)
 
@@ -780,6 +811,7 @@ def run_scenario(
     record_dir: Path | None = None,
     executor: ExecutorFactory | None = None,
     progress: ProgressFn | None = None,
+    questions: Sequence[str] | None = None,
 ) -> LiveCaseResult:
     """Run one scenario through every phase, score it, persist its `eval_case_result` and append
     it to `cases`; re-raises `Interrupted` / KeyboardInterrupt once it is recorded."""
@@ -793,6 +825,7 @@ def run_scenario(
         record_dir=record_dir,
         executor=executor,
         progress=progress,
+        questions=questions,
     )
     case = run.run()
     cases.append(case)
@@ -1097,6 +1130,18 @@ def _score(run: _Run) -> None:
     truth, obs = run.truth, case.observation
     snap = case.snapshot = score_case(truth, obs)
     case.root_cause = snap.root_cause
+    for q, asked in run.asked:
+        s = score_case(truth, asked)
+        case.questions.append(
+            QuestionRun(
+                question=q,
+                root_cause=s.root_cause,
+                own_root_cause=snap.root_cause,
+                false_confident=s.false_confident,
+                outcome=asked.release_outcome,
+                run_id=asked.run_id,
+            )
+        )
     gates += snapshot_gates(truth, obs)
     if obs.error is None:
         gates += _scope_gates(obs, run)
