@@ -628,16 +628,7 @@ def run_suite(
         for i, q in enumerate(asked):
             r = asked_results.get((c.scenario_id, i))
             if r is not None:
-                c.questions.append(
-                    QuestionRun(
-                        question=q,
-                        root_cause=r.score.root_cause,
-                        own_root_cause=c.score.root_cause,
-                        false_confident=r.score.false_confident,
-                        outcome=r.observation.release_outcome,
-                        run_id=r.observation.run_id,
-                    )
-                )
+                c.questions.append(QuestionRun.scored(q, r.score, c.score, r.observation))
     summary = summarize(cases, wall_s=wall, jobs=jobs)
     if questions:
         summary |= agreement_summary(

@@ -12,9 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rootproof.errors import UsageError
+
+if TYPE_CHECKING:
+    from rootproof.eval.scoring import CaseObservation, CaseScore
 
 __all__ = ["MAX_QUESTION_CHARS", "MAX_QUESTIONS", "QuestionRun", "agreement_summary", "load_questions"]
 
@@ -81,6 +84,18 @@ class QuestionRun:
     false_confident: bool
     outcome: str | None
     run_id: str | None = None
+
+    @classmethod
+    def scored(cls, question: str, score: CaseScore, own: CaseScore | None, obs: CaseObservation) -> QuestionRun:
+        """The run under `question` as the evaluator scored it, beside the own question's score."""
+        return cls(
+            question=question,
+            root_cause=score.root_cause,
+            own_root_cause=own.root_cause if own is not None else None,
+            false_confident=score.false_confident,
+            outcome=obs.release_outcome,
+            run_id=obs.run_id,
+        )
 
     @property
     def agrees(self) -> bool:

@@ -1130,18 +1130,7 @@ def _score(run: _Run) -> None:
     truth, obs = run.truth, case.observation
     snap = case.snapshot = score_case(truth, obs)
     case.root_cause = snap.root_cause
-    for q, asked in run.asked:
-        s = score_case(truth, asked)
-        case.questions.append(
-            QuestionRun(
-                question=q,
-                root_cause=s.root_cause,
-                own_root_cause=snap.root_cause,
-                false_confident=s.false_confident,
-                outcome=asked.release_outcome,
-                run_id=asked.run_id,
-            )
-        )
+    case.questions = [QuestionRun.scored(q, score_case(truth, asked), snap, asked) for q, asked in run.asked]
     gates += snapshot_gates(truth, obs)
     if obs.error is None:
         gates += _scope_gates(obs, run)
