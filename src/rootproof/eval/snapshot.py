@@ -569,14 +569,14 @@ def run_suite(
 
     record.state = "running"
     store.save_eval_run(record)
+    asked = questions or []
+    total = len(folders) * (1 + len(asked))
     if progress is not None:
-        progress("", 0, len(folders) * (1 + len(questions or [])))
+        progress("", 0, total)
     results: dict[str, CaseResult] = {}
     errors: list[str] = []
     start = time.perf_counter()
     job_base = {"settings": run_settings, "model": model, "model_factory": model_factory}
-    asked = questions or []
-    total = len(folders) * (1 + len(asked))
     asked_results: dict[tuple[str, int], CaseResult] = {}
     pool = cf.ProcessPoolExecutor(
         max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker

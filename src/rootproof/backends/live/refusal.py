@@ -23,9 +23,7 @@ REFUSAL_PHRASES = (
     "max number of clients reached",
     "sorry, too many clients already",
     "remaining connection slots are reserved",
-    "too many connections for role",
-    "too many connections for database",
-    "too many connections",
+    "too many connections",  # PostgreSQL's "… for role" / "… for database", MySQL's 1040
 )
 """Lower-case phrases that say a server refused a connection because a limit ran out."""
 MAX_ANSWER_CHARS = 300
