@@ -37,6 +37,7 @@ from pydantic import BaseModel, ValidationError
 
 from rootproof.backends.registry import BackendRegistry, Resolved
 from rootproof.boundary.provenance import untrusted_spans
+from rootproof.diagnosis.findings import Ref, analyze
 from rootproof.boundary.safety import is_instruction_like, redact, redact_value
 from rootproof.boundary.store import CanonicalInvocation, CanonicalStore, InvocationStatus
 from rootproof.boundary.views import audit_record, control_view, model_observation
@@ -328,8 +329,13 @@ class ToolBoundary:
             if earlier is not None:
                 return self._refuse(inv, RefusalCode.DUPLICATE_SCOPE, f"The same query already ran as invocation {earlier}; cite {earlier} instead of calling again."), None, None
             cap = ctx.budget.calls_per_tool
-            if self._executed.get(req.name, 0) >= cap:
-                return self._refuse(inv, RefusalCode.SCOPE_SATURATED, f"Tool '{req.name}' reached its limit of {cap} calls in this run; use the evidence already gathered or another tool."), None, None
+            # A system with several targets has the per-tool limit per target: two Redis of one
+            # targets file are two systems to look at, not one.
+            target = getattr(args, "target", None)
+            counted = req.name if not isinstance(target, str) else f"{req.name}:{target}"
+            if self._executed.get(counted, 0) >= cap:
+                where = "" if counted == req.name else f" on target '{target}'"
+                return self._refuse(inv, RefusalCode.SCOPE_SATURATED, f"Tool '{req.name}' reached its limit of {cap} calls{where} in this run; use the evidence already gathered or another tool."), None, None
             # 6 run budget
             if ctx.time_left() <= 0.05:
                 return self._refuse(inv, RefusalCode.BUDGET_EXHAUSTED, "No time is left before the run's deadline; write the draft now."), None, None
@@ -342,7 +348,7 @@ class ToolBoundary:
                 ctx.usage.refund_tool_call(req.name)
                 return self._refuse(inv, RefusalCode.CIRCUIT_OPEN, f"The {where} backend failed repeatedly and is paused; use other tools or write the draft."), None, None
             self._scopes[key] = inv.invocation_id
-            self._executed[req.name] = self._executed.get(req.name, 0) + 1
+            self._executed[counted] = self._executed.get(counted, 0) + 1
         return inv, tool, args
 
     def _resolve(self, tool: ToolDefinition, args: BaseModel) -> Resolved | None:
@@ -449,6 +455,13 @@ class ToolBoundary:
             refs.append(EvidenceRef(raw_path=NO_EVIDENCE_PATH, text=str(result["no_evidence"]), data_source=data_source))
         inv.result = result
         inv.evidence_refs = refs
+        # The analyzers read the whole result (not the bounded view): their findings travel with
+        # the observation, the refs they name shown first. Text that reads as instructions is
+        # never read by them.
+        kind = inv.arguments.get("kind") if isinstance(inv.arguments, dict) else None
+        found = analyze(tool.name, str(kind) if kind else None, result, [Ref(r.raw_path, r.text, tuple(r.untrusted_spans or ())) for r in refs if not r.instruction_like])
+        if found:
+            details = {**details, "findings": [f.as_dict() for f in found]}
         inv.details = details
         inv.status = InvocationStatus.READY
         if evidence_status:

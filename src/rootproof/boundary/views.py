@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from rootproof.backends.query import parse_query
+from rootproof.diagnosis.findings import finding_refs
 from rootproof.boundary.store import CanonicalInvocation, InvocationStatus
 from rootproof.run.records import InvocationRecord
 from rootproof.tools.refs import canonical_json
@@ -13,6 +14,8 @@ from rootproof.tools.refs import canonical_json
 __all__ = ["audit_record", "control_view", "model_observation"]
 
 PREVIEW_CAP = 1000
+FINDINGS_SHARE = 0.4
+"""The most of an observation's byte budget its findings take."""
 OMIT_HINT = "narrow the query (service, level, since, terms)"
 
 
@@ -58,6 +61,15 @@ def model_observation(inv: CanonicalInvocation, budget_bytes: int) -> dict[str, 
                 obs[key] = inv.result[key]
     if inv.message:
         obs["message"] = inv.message
+    # What the analyzers found in the whole result (never citable: the refs they name are, and
+    # those are shown first), within a share of the budget.
+    findings: list[dict[str, Any]] = []
+    for f in inv.details.get("findings") or []:
+        if len(canonical_json([*findings, f]).encode()) > budget_bytes * FINDINGS_SHARE:
+            break
+        findings.append(f)
+    if findings:
+        obs["findings"] = findings
     refs: list[dict[str, Any]] = []
     obs["refs"] = refs
     # Reserve room for the `omitted`/`hint` fields so the whole observation stays within budget.
@@ -82,6 +94,10 @@ def _shown_first(inv: CanonicalInvocation) -> list[Any]:
     (its line numbers are its refs, so the backend never filters it): there the lines the query
     names come first, so a long file's matching lines are read rather than omitted."""
     refs = list(inv.evidence_refs)
+    named = finding_refs(inv.details.get("findings") or [])
+    if named:
+        first = {p: i for i, p in enumerate(named)}
+        refs.sort(key=lambda r: first.get(r.raw_path, len(first)))
     query = inv.arguments.get("query") if isinstance(inv.arguments, dict) else None
     if not query or not isinstance(query, str) or not inv.result or inv.result.get("kind") != "config":
         return refs

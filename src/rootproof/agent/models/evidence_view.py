@@ -73,6 +73,8 @@ class Observation:
     step: int = 0
     window: dict[str, str] | None = None
     """The time window the tool searched ({from, to}), when it has one."""
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    """What the analyzers found in the whole result (`rootproof.diagnosis.findings`)."""
 
     @property
     def kind(self) -> str | None:
@@ -123,6 +125,7 @@ def observations_from(messages: list[Message]) -> list[Observation]:
                     code=obs.get("code"),
                     step=st,
                     window=obs.get("window") if isinstance(obs.get("window"), dict) else None,
+                    findings=[f for f in obs.get("findings") or [] if isinstance(f, dict)],
                 )
             )
     return out

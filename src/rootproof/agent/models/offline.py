@@ -41,6 +41,8 @@ from rootproof.agent.models.evidence_view import (
 )
 from rootproof.boundary.provenance import outside_spans, record_key
 from rootproof.evidence_sources import from_component, names_component, observes
+from rootproof.diagnosis.candidates import shown_by_evidence
+from rootproof.diagnosis.wording import limit_culprit
 from rootproof.kb.signals import as_number, norm, ref_matches, row_of
 from rootproof.taxonomy import recovery_policy
 from rootproof.tools.base import parse_since
@@ -100,16 +102,22 @@ def _label(component: str, mechanism: str, zh: bool) -> str:
     return f"{comp} {mechanism.replace('_', ' ')}"
 
 
-def _schema_kinds(schema: dict[str, Any]) -> frozenset[str] | None:
-    """The values a tool's `kind` argument may take, from its JSON schema (None: no such enum)."""
-    prop = (schema.get("properties") or {}).get("kind")
+def _schema_enum(schema: dict[str, Any], name: str) -> tuple[str, ...] | None:
+    """The values a tool's argument `name` may take, in order, from its JSON schema (None: no such enum)."""
+    prop = (schema.get("properties") or {}).get(name)
     if not isinstance(prop, dict):
         return None
     if "$ref" in prop:
         ref = str(prop["$ref"]).rsplit("/", 1)[-1]
         prop = (schema.get("$defs") or {}).get(ref, {})
     enum = prop.get("enum")
-    return frozenset(str(v) for v in enum) if isinstance(enum, list) else None
+    return tuple(str(v) for v in enum) if isinstance(enum, list) else None
+
+
+def _schema_kinds(schema: dict[str, Any]) -> frozenset[str] | None:
+    """The values a tool's `kind` argument may take (None: no such enum)."""
+    enum = _schema_enum(schema, "kind")
+    return None if enum is None else frozenset(enum)
 
 
 def _question(request: ModelRequest) -> str:
@@ -266,6 +274,7 @@ class OfflinePlanner:
     def __init__(self, knowledge: KnowledgeBase) -> None:
         self.kb = knowledge
         self._kinds: dict[str, frozenset[str]] = {}
+        self._targets: dict[str, tuple[str, ...]] = {}
         self._max_calls = MAX_TOOL_CALLS
         self._per_tool = MAX_CALLS_PER_TOOL
 
@@ -286,6 +295,9 @@ class OfflinePlanner:
         self._max_calls = request.tool_calls or MAX_TOOL_CALLS
         self._per_tool = request.calls_per_tool or MAX_CALLS_PER_TOOL
         self._kinds = {t.name: k for t in request.tools if (k := _schema_kinds(t.parameters)) is not None}
+        # A system with several targets (two Redis of one targets file) asks for one by name:
+        # every one of them is looked at, and each has its own calls.
+        self._targets = {t.name: n for t in request.tools if (n := _schema_enum(t.parameters, "target"))}
         if not observations and request.mode == "gather":
             return ModelTurn(tool_calls=self._first_look(question, offered, request.step_index))
         candidates = self._candidates(observations)
@@ -305,13 +317,30 @@ class OfflinePlanner:
         calls: list[ToolCall] = []
         if "lookup_knowledge" in offered:
             calls.append(ToolCall(id=f"s{step}-0", name="lookup_knowledge", arguments={"query": lookup[:1000], "top_k": LOOKUP_TOP_K}))
-        for i, (tool, args) in enumerate(BROAD.items(), start=1):
+        for tool, args in BROAD.items():
             if tool in offered:
-                a = dict(args)
-                if tool == "query_logs" and alert.get("service"):
-                    a["service"] = str(alert["service"])
-                calls.append(ToolCall(id=f"s{step}-{i}", name=tool, arguments=a))
+                for target in self._targets.get(tool) or (None,):
+                    a = dict(args)
+                    if tool == "query_logs" and alert.get("service"):
+                        a["service"] = str(alert["service"])
+                    if target is not None:
+                        a["target"] = target
+                    calls.append(ToolCall(id=f"s{step}-{len(calls) + 1}", name=tool, arguments=a))
         return calls
+
+    def _cap(self, tool: str) -> int:
+        """Calls a tool may take in this run: its per-tool budget, per target where it has several."""
+        return self._per_tool * max(1, len(self._targets.get(tool, ())))
+
+    def _aimed(self, tool: str, args: dict[str, Any], candidates: list[Candidate]) -> list[dict[str, Any]]:
+        """`args` for each target the call should ask (one, unnamed, for a tool without targets):
+        the targets where a hypothesis with evidence was seen, else every one."""
+        names = self._targets.get(tool)
+        if not names:
+            return [args]
+        seen = {h.data_source for c in candidates if c.seen > 0 for _, hs in c.hits for h in hs if h.tool == tool}
+        hot = [n for n in names if f"live:{n}" in seen or n in seen]
+        return [{**args, "target": n} for n in (hot or names)]
 
     def _candidates(self, observations: list[Observation]) -> list[Candidate]:
         out: dict[str, Candidate] = {}
@@ -325,6 +354,10 @@ class OfflinePlanner:
                     continue
                 for h in card.hypotheses:
                     self._merge(out, h, card.id)
+        # Then every hypothesis of the catalogue the evidence itself shows: the question's lookup
+        # orders the work, it does not decide which hypotheses exist.
+        for h, card_id in shown_by_evidence(self.kb.cards, observations, set(out)):
+            self._merge(out, h, card_id)
         return list(out.values())
 
     @staticmethod
@@ -557,7 +590,7 @@ class OfflinePlanner:
             s
             for k in related
             for s in by_key[k].unobservable
-            if s.discriminating and self._asks(s, offered) and s.tool not in blocked and used.get(s.tool, 0) < self._per_tool
+            if s.discriminating and self._asks(s, offered) and s.tool not in blocked and used.get(s.tool, 0) < self._cap(s.tool)
         ]
         n_urgent = len({(s.tool, s.kind, s.metric if s.tool == "query_metrics" else None) for s in urgent})
 
@@ -704,12 +737,13 @@ class OfflinePlanner:
         # client holding the sessions) while a hypothesis with evidence still lacks it, so the
         # drill-down after confirmation is never crowded out.
         culprit_kinds = {(s.tool, s.kind) for c in ranked if c.seen > 0 for s in c.unobservable if s.culprit and self._asks(s, offered) and s.tool not in blocked}
-        for weight, tool, args in sorted(planned, key=lambda p: -p[0]):
+        aimed = [(w, t, a) for w, t, base in sorted(planned, key=lambda p: -p[0]) for a in self._aimed(t, base, candidates)]
+        for weight, tool, args in aimed:
             sig = json.dumps([tool, args], sort_keys=True)
-            if sig in done or used.get(tool, 0) >= self._per_tool or total >= self._max_calls - (0 if weight >= 5_000.0 else reserve):
+            if sig in done or used.get(tool, 0) >= self._cap(tool) or total >= self._max_calls - (0 if weight >= 5_000.0 else reserve):
                 continue
             kept = {k for t, k in culprit_kinds if t == tool} - {args.get("kind")}
-            if kept and used.get(tool, 0) >= self._per_tool - 1 and (tool, args.get("kind")) not in culprit_kinds:
+            if kept and used.get(tool, 0) >= self._cap(tool) - 1 and (tool, args.get("kind")) not in culprit_kinds:
                 continue
             done.add(sig)
             used[tool] = used.get(tool, 0) + 1
@@ -859,7 +893,15 @@ class OfflinePlanner:
             if card_ref is not None:
                 ex = _excerpt(card_ref.text, [])
                 kc_ids.append(add_claim(f"知识卡片：“{ex}”" if zh else f"Knowledge card: \"{ex}\"", "finding", [cite(card_ref, [])]))
-            culprit = self._culprit(best)
+            # What the analyzers found for it, read in the whole results: its refs (the raw
+            # values: the limit and the reading, the blocker's own row) are cited.
+            found = self._findings(best.key, observations)
+            f_hits = [h for _, hs in found for h in hs if h.key not in shown][:4]
+            if f_hits:
+                shown.update(h.key for h in f_hits)
+                ex = "; ".join(_excerpt(h.text, []) for h in f_hits[:3])
+                rc_ids.append(add_claim(f"分析发现（{label}）：“{ex}”" if zh else f"What the readings show ({label}): \"{ex}\"", "root_cause", [cite(h, []) for h in f_hits]))
+            culprit = limit_culprit([f for f, _ in found], zh) or self._culprit(best)
             culprit_hit = self._culprit_hit(best)
             if culprit_hit is not None:
                 # The ref that names the culprit is cited by a root-cause claim of its own (or
@@ -1199,6 +1241,25 @@ class OfflinePlanner:
 
             return max(hits, key=value)
         return None
+
+    @staticmethod
+    def _findings(key: str, observations: list[Observation]) -> list[tuple[dict[str, Any], list[Hit]]]:
+        """The analyzers' findings that support `key`, each with the refs it names as hits."""
+        out: list[tuple[dict[str, Any], list[Hit]]] = []
+        for o in observations:
+            if not o.ready:
+                continue
+            by_path = {str(r.get("raw_path")): r for r in o.refs}
+            for f in o.findings:
+                if key not in (f.get("supports") or []):
+                    continue
+                hits = [
+                    Hit(invocation_id=o.invocation_id, tool=o.tool, raw_path=p, text=str(by_path[p].get("text", "")), data_source=str(by_path[p].get("data_source") or o.data_source), kind=o.kind, spans=ref_spans(by_path[p]))
+                    for p in f.get("refs") or []
+                    if p in by_path
+                ]
+                out.append((f, hits))
+        return out
 
     @staticmethod
     def _describe_row(h: Hit) -> str:

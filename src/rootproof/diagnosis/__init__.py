@@ -1,0 +1,2 @@
+"""The embedded default's diagnosis, stage by stage (docs/diagnosis.md): candidates from the
+evidence, whatever the question said."""

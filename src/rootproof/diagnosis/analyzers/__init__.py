@@ -1,0 +1,18 @@
+"""The analyzers, by tool: each reads one call's whole result and returns findings."""
+
+from __future__ import annotations
+
+from rootproof.diagnosis.analyzers.nginx import nginx_errors
+from rootproof.diagnosis.analyzers.postgres import blocking_tree, sessions
+from rootproof.diagnosis.analyzers.redis import redis_info
+from rootproof.diagnosis.analyzers.refusal import refusal
+from rootproof.diagnosis.findings import Analyzer
+
+__all__ = ["ANALYZERS"]
+
+ANALYZERS: dict[str, tuple[Analyzer, ...]] = {
+    "inspect_redis": (refusal, redis_info),
+    "inspect_postgres": (refusal, blocking_tree, sessions),
+    "inspect_nginx": (nginx_errors,),
+}
+"""Tool name → its analyzers, in the order their findings are listed."""
