@@ -37,7 +37,8 @@ def control_view(inv: CanonicalInvocation) -> dict[str, Any]:
 
 
 def model_observation(inv: CanonicalInvocation, budget_bytes: int) -> dict[str, Any]:
-    """What the agent reads: whole refs, in result order, until the byte budget; then `omitted`.
+    """What the agent reads: the analyzers' findings, then whole refs in result order until the
+    byte budget (the refs the findings name always among them); then `omitted`.
     A call that did not run shows its status, code and message only."""
     if inv.status is not InvocationStatus.READY:
         # No invocation id: nothing of a call that did not run can be cited, and a model shown
@@ -75,13 +76,19 @@ def model_observation(inv: CanonicalInvocation, budget_bytes: int) -> dict[str, 
     # Reserve room for the `omitted`/`hint` fields so the whole observation stays within budget.
     size = len(canonical_json(obs).encode()) + len(OMIT_HINT) + 40
     omitted = 0
-    for ref in _shown_first(inv):
-        item = ref.as_dict()
-        cost = len(canonical_json(item).encode()) + 1
-        if size + cost > budget_bytes:
+    shown = _shown_first(inv)
+    # The refs the findings name are always shown (their room is kept), the others in order
+    # while the budget lasts.
+    named = set(finding_refs(findings))
+    costs = [len(canonical_json(r.as_dict()).encode()) + 1 for r in shown]
+    reserved = sum(c for r, c in zip(shown, costs, strict=True) if r.raw_path in named)
+    for ref, cost in zip(shown, costs, strict=True):
+        if ref.raw_path in named:
+            reserved -= cost
+        elif size + cost + reserved > budget_bytes:
             omitted += 1
             continue
-        refs.append(item)
+        refs.append(ref.as_dict())
         size += cost
     if omitted:
         obs["omitted"] = omitted
@@ -94,10 +101,6 @@ def _shown_first(inv: CanonicalInvocation) -> list[Any]:
     (its line numbers are its refs, so the backend never filters it): there the lines the query
     names come first, so a long file's matching lines are read rather than omitted."""
     refs = list(inv.evidence_refs)
-    named = finding_refs(inv.details.get("findings") or [])
-    if named:
-        first = {p: i for i, p in enumerate(named)}
-        refs.sort(key=lambda r: first.get(r.raw_path, len(first)))
     query = inv.arguments.get("query") if isinstance(inv.arguments, dict) else None
     if not query or not isinstance(query, str) or not inv.result or inv.result.get("kind") != "config":
         return refs

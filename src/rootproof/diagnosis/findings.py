@@ -67,6 +67,9 @@ class Finding:
     """What sizes it: value, limit, ratio, count, age_s, since …"""
     subject: str | None = None
     """Who it is about, as an operator acts on it (`pid 6494`, `maxclients 64`), when one."""
+    facts: dict[str, Any] = field(default_factory=dict)
+    """The subject's own fields as its record gives them (a blocker's pid, application, client,
+    state, transaction age, query): raw values for the report's culprit."""
 
     @property
     def supports(self) -> tuple[str, ...]:
@@ -81,6 +84,8 @@ class Finding:
             out["numbers"] = dict(self.numbers)
         if self.subject:
             out["subject"] = self.subject
+        if self.facts:
+            out["facts"] = {k: (v[:200] if isinstance(v, str) else v) for k, v in self.facts.items()}
         return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["limit_culprit"]
+__all__ = ["blocker_culprit", "limit_culprit"]
 
 _LIMITS = {
     "redis.memory_at_limit": ("maxmemory", "used_memory"),
@@ -51,3 +51,35 @@ def limit_culprit(findings: list[dict[str, Any]], zh: bool) -> str | None:
     if policy:
         text += f", maxmemory_policy {policy}"
     return text + ("; " + "; ".join(refused) if refused else "")
+
+
+def blocker_culprit(findings: list[dict[str, Any]], zh: bool, row: dict[str, Any] | None = None) -> str | None:
+    """The root blocker as an operator acts on it (pid, application, user, client, state,
+    transaction age, last query) and how many sessions it blocks; None without a blocking finding.
+    `row`: the blocker's own session row, when one was read (its fields complete the finding's)."""
+    f = next((f for f in findings if f.get("finding") == "postgresql.blocking" and (f.get("facts") or {}).get("pid") is not None), None)
+    if f is None:
+        return None
+    facts, n = dict(f["facts"]), (f.get("numbers") or {}).get("blocked")
+    if row and str(row.get("pid")) == str(facts["pid"]):
+        facts.update({k: v for k, v in row.items() if k not in facts and v not in (None, "")})
+    labels = (
+        ("application_name", "应用", "application"),
+        ("usename", "用户", "user"),
+        ("client_addr", "客户端", "client"),
+        ("datname", "数据库", "database"),
+        ("state", "状态", "state"),
+    )
+    parts = [f"{zl if zh else el} {facts[k]}" for k, zl, el in labels if facts.get(k) not in (None, "")]
+    if isinstance(facts.get("xact_age_s"), int | float):
+        parts.append(f"事务已打开 {facts['xact_age_s']:g} 秒" if zh else f"transaction open {facts['xact_age_s']:g} s")
+    elif facts.get("xact_start"):
+        parts.append(f"事务开始于 {facts['xact_start']}" if zh else f"transaction open since {facts['xact_start']}")
+    if facts.get("query"):
+        q = " ".join(str(facts["query"]).split())[:120]
+        parts.append(f"最后的语句 '{q}'" if zh else f"last query '{q}'")
+    inner = ("，" if zh else ", ").join(parts)
+    who = f"pid {facts['pid']}" + ((f"（{inner}）" if zh else f" ({inner})") if inner else "")
+    if n:
+        return f"{who} 阻塞了 {n} 个会话" if zh else f"{who} blocks {n} session(s)"
+    return who

@@ -42,7 +42,7 @@ from rootproof.agent.models.evidence_view import (
 from rootproof.boundary.provenance import outside_spans, record_key
 from rootproof.evidence_sources import from_component, names_component, observes
 from rootproof.diagnosis.candidates import shown_by_evidence
-from rootproof.diagnosis.wording import limit_culprit
+from rootproof.diagnosis.wording import blocker_culprit, limit_culprit
 from rootproof.kb.signals import as_number, norm, ref_matches, row_of
 from rootproof.taxonomy import recovery_policy
 from rootproof.tools.base import parse_since
@@ -896,12 +896,26 @@ class OfflinePlanner:
             # What the analyzers found for it, read in the whole results: its refs (the raw
             # values: the limit and the reading, the blocker's own row) are cited.
             found = self._findings(best.key, observations)
-            f_hits = [h for _, hs in found for h in hs if h.key not in shown][:4]
-            if f_hits:
+            # Only a finding about a subject (the limit that ran out, the root blocker) is quoted:
+            # a hint (who waits, which transactions are open) names no one.
+            f_hits = [h for f, hs in found if f.get("subject") for h in hs if h.key not in shown][:4]
+            host = next((c for c in claims if c["id"] in rc_ids and len(c["citations"]) + len(f_hits) <= 8), None)
+            if f_hits and host is not None:
+                # Within the claims cap: the readings join the first root-cause claim that has room.
+                shown.update(h.key for h in f_hits)
+                host["citations"].extend(cite(h, []) for h in f_hits)
+            elif f_hits:
                 shown.update(h.key for h in f_hits)
                 ex = "; ".join(_excerpt(h.text, []) for h in f_hits[:3])
                 rc_ids.append(add_claim(f"分析发现（{label}）：“{ex}”" if zh else f"What the readings show ({label}): \"{ex}\"", "root_cause", [cite(h, []) for h in f_hits]))
-            culprit = limit_culprit([f for f, _ in found], zh) or self._culprit(best)
+            # The root blocker's own session row (its activity, not a waiter's row naming it).
+            own = self._own_row([f for f, _ in found], observations)
+            own_row = row_of(own.tool, own.text) if own is not None else None
+            culprit = limit_culprit([f for f, _ in found], zh) or blocker_culprit([f for f, _ in found], zh, own_row) or self._culprit(best)
+            if own is not None and own.key not in shown:
+                shown.add(own.key)
+                ex = _excerpt(own.text, [])
+                rc_ids.append(add_claim(f"阻塞者自身的会话（{label}）：“{ex}”" if zh else f"The blocker's own session ({label}): \"{ex}\"", "root_cause", [cite(own, [])]))
             culprit_hit = self._culprit_hit(best)
             if culprit_hit is not None:
                 # The ref that names the culprit is cited by a root-cause claim of its own (or
@@ -1260,6 +1274,27 @@ class OfflinePlanner:
                 ]
                 out.append((f, hits))
         return out
+
+    @staticmethod
+    def _own_row(findings: list[dict[str, Any]], observations: list[Observation]) -> Hit | None:
+        """The session row of a blocking finding's root blocker: the row whose `pid` is the
+        blocker and that waits on no one, from a `kind: activity` result when one has it."""
+        pid = next((f["facts"]["pid"] for f in findings if f.get("finding") == "postgresql.blocking" and (f.get("facts") or {}).get("pid") is not None), None)
+        if pid is None:
+            return None
+        best: Hit | None = None
+        for o in observations:
+            if o.tool != "inspect_postgres" or not o.ready:
+                continue
+            for r in o.refs:
+                row = row_of(o.tool, str(r.get("text", ""))) if str(r.get("text", "")).startswith("{") else None
+                if not isinstance(row, dict) or str(row.get("pid")) != str(pid) or row.get("blocking_pids"):
+                    continue
+                hit = Hit(invocation_id=o.invocation_id, tool=o.tool, raw_path=str(r.get("raw_path")), text=str(r.get("text", "")), data_source=str(r.get("data_source") or o.data_source), kind=o.kind, spans=ref_spans(r))
+                if o.kind == "activity":
+                    return hit
+                best = best or hit
+        return best
 
     @staticmethod
     def _describe_row(h: Hit) -> str:

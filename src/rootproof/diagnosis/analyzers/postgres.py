@@ -16,6 +16,8 @@ from rootproof.diagnosis.findings import Finding, Ref, threshold
 
 MAX_LISTED = 5
 """Waiters (and their refs) a finding lists."""
+FACTS = ("pid", "application_name", "usename", "client_addr", "datname", "state", "xact_age_s", "query")
+"""The fields of a session's row that name it as an operator acts on it."""
 
 
 def _rows(refs: list[Ref]) -> list[tuple[str, dict[str, Any]]]:
@@ -106,9 +108,10 @@ def blocking_tree(kind: str | None, result: dict[str, Any], refs: list[Ref]) -> 
                 Finding(
                     code="postgresql.blocking",
                     text=f"{who} blocks {len(reach)} session(s): pids {', '.join(map(str, waiters))}",
-                    refs=((mine[0],) if mine else ()) + wrefs[:MAX_LISTED],
+                    refs=((mine[0],) if mine else ()) + wrefs[:3],
                     numbers=numbers,
                     subject=f"pid {b}",
+                    facts={"pid": b, **({k: mine[1][k] for k in FACTS if mine[1].get(k) not in (None, "")} if mine else {})},
                 )
             )
             if len(out) >= 2:
@@ -118,11 +121,17 @@ def blocking_tree(kind: str | None, result: dict[str, Any], refs: list[Ref]) -> 
     lock_waiters = [(p, r) for p, r in rows if str(r.get("wait_event_type") or "") == "Lock"]
     if lock_waiters:
         pids = [str(r.get("pid")) for _, r in lock_waiters[:MAX_LISTED]]
+        # The oldest open transactions that wait on no lock: who may hold it (`kind: locks` says).
+        open_tx = sorted(
+            ((p, r) for p, r in rows if r.get("xact_start") and str(r.get("wait_event_type") or "") != "Lock" and str(r.get("state") or "") != "idle"),
+            key=lambda pr: str(pr[1].get("xact_start")),
+        )[:2]
+        held = "; ".join(describe(r) for _, r in open_tx)
         out.append(
             Finding(
                 code="postgresql.lock_waits",
-                text=f"{len(lock_waiters)} session(s) wait on a lock (wait_event_type Lock): pids {', '.join(pids)}; `kind: locks` names who blocks them",
-                refs=tuple(p for p, _ in lock_waiters[:MAX_LISTED]),
+                text=f"{len(lock_waiters)} session(s) wait on a lock (wait_event_type Lock): pids {', '.join(pids)}; oldest open transactions not waiting: {held or 'none'}; `kind: locks` names who blocks them",
+                refs=tuple(p for p, _ in open_tx) + tuple(p for p, _ in lock_waiters[:2]),
                 numbers={"waiting": len(lock_waiters)},
             )
         )
