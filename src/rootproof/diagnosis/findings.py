@@ -10,6 +10,7 @@ anomalies. A finding is never cited: claims cite the raw refs it names.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["Finding", "Ref", "VocabularyError", "analyze", "finding_refs", "symptoms", "vocabulary"]
+__all__ = ["Finding", "Ref", "VocabularyError", "analyze", "finding_refs", "explains", "symptoms", "vocabulary"]
 
 MAX_FINDINGS = 8
 """Findings kept per call (the first ones, by analyzer order)."""
@@ -110,9 +111,23 @@ def vocabulary() -> dict[str, dict[str, Any]]:
     return out
 
 
+def _symptoms() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for doc in _documents():
+        out.update({str(k): [str(p) for p in v or []] for k, v in (doc.get("symptoms") or {}).items()})
+    return out
+
+
 def symptoms() -> frozenset[str]:
-    """The symptom mechanisms (`component/mechanism`): the shipped list and the user's."""
-    return frozenset(str(k) for doc in _documents() for k in doc.get("symptoms") or [])
+    """The symptom mechanisms (`component/mechanism`): the shipped ones and the user's."""
+    return frozenset(_symptoms())
+
+
+def explains(cause: str, symptom: str) -> bool:
+    """Whether the vocabulary says `cause` (`component/mechanism`, itself no symptom) can explain `symptom`."""
+    if cause in symptoms():
+        return False
+    return any(fnmatch.fnmatchcase(cause, p) for p in _symptoms().get(symptom, []))
 
 
 def _user_vocabulary(path: Path) -> dict[str, Any]:
@@ -128,8 +143,9 @@ def _user_vocabulary(path: Path) -> dict[str, Any]:
     for name, body in found.items():
         if not isinstance(body, dict) or not isinstance(body.get("supports", []), list):
             raise VocabularyError(f"ROOTPROOF_VOCABULARY: {path}: findings.{name}: expected a mapping with a list `supports`")
-    if not isinstance(doc.get("symptoms") or [], list):
-        raise VocabularyError(f"ROOTPROOF_VOCABULARY: {path}: symptoms: expected a list of component/mechanism")
+    sym = doc.get("symptoms") or {}
+    if not isinstance(sym, dict) or not all(isinstance(v, list) for v in sym.values()):
+        raise VocabularyError(f"ROOTPROOF_VOCABULARY: {path}: symptoms: expected a mapping of component/mechanism → list of what can explain it")
     return doc
 
 

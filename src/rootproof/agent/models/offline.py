@@ -42,6 +42,8 @@ from rootproof.agent.models.evidence_view import (
 from rootproof.boundary.provenance import outside_spans, record_key
 from rootproof.evidence_sources import from_component, names_component, observes
 from rootproof.diagnosis.candidates import shown_by_evidence
+from rootproof.diagnosis.findings import explains, symptoms
+from rootproof.diagnosis.impact import impact_seen
 from rootproof.diagnosis.wording import blocker_culprit, limit_culprit
 from rootproof.kb.signals import as_number, norm, ref_matches, row_of
 from rootproof.taxonomy import recovery_policy
@@ -275,6 +277,11 @@ class OfflinePlanner:
         self.kb = knowledge
         self._kinds: dict[str, frozenset[str]] = {}
         self._targets: dict[str, tuple[str, ...]] = {}
+        self._offered: set[str] = set()
+        self._impact: str | None = None
+        """What shows impact in the window (`diagnosis.impact`), set by `step`."""
+        self._explained: set[str] = set()
+        """Symptoms the verdict found explained by the root cause it chose (set by `_verdict`)."""
         self._max_calls = MAX_TOOL_CALLS
         self._per_tool = MAX_CALLS_PER_TOOL
 
@@ -291,6 +298,7 @@ class OfflinePlanner:
         question = _question(request)
         observations = observations_from(request.messages)
         offered = {t.name for t in request.tools}
+        self._offered = offered
         # The run's budget when the loop gives one (a scenario's or the settings'), else the defaults.
         self._max_calls = request.tool_calls or MAX_TOOL_CALLS
         self._per_tool = request.calls_per_tool or MAX_CALLS_PER_TOOL
@@ -302,6 +310,7 @@ class OfflinePlanner:
             return ModelTurn(tool_calls=self._first_look(question, offered, request.step_index))
         candidates = self._candidates(observations)
         self._score(candidates, observations)
+        self._impact = impact_seen(observations, bool(_alert(question)))
         if request.mode == "gather":
             calls = self._next_calls(question, candidates, observations, offered, request.step_index)
             if calls:
@@ -506,6 +515,24 @@ class OfflinePlanner:
         def clears(c: Candidate) -> bool:
             return c.seen >= ROOT_THRESHOLD and c.strong and not gates.get(c.key, ([], False))[0]
 
+        # A symptom (a proxy's timeouts) yields to a fault of the dependency it points at that is
+        # seen in its own right (GC pauses, a lock, a limit): that fault is the root cause, and the
+        # symptom is what it explains.
+        self._explained = set()
+        if best.key in symptoms():
+            faults = [
+                c
+                for c in contenders
+                if c is not best
+                and (best.key in c.explains or c.key in best.distinguishes_from or explains(c.key, best.key))
+                and clears(c)
+                and any(s.discriminating for s, _ in c.hits)
+            ]
+            if faults:
+                self._explained.add(best.key)
+                best = max(faults, key=lambda c: (c.seen, -c.rank))
+                rivals = [c for c in contenders if c is not best and len(c.records) >= MIN_RECORDS and c.key not in self._explained]
+
         # A rival confirmed in its own right on independent evidence is a contributing cause, not a
         # runner-up; every other rival (sharing evidence, competing, or not confirmed) keeps the margin.
         independent = [c for c in rivals if self._independent(best, c) and clears(c)]
@@ -515,6 +542,15 @@ class OfflinePlanner:
             missing.insert(0, (f"its signals weigh {best.seen:g} (a root cause needs {ROOT_THRESHOLD:g}, one of weight 2 or more)", f"信号权重 {best.seen:g}（根因需要 {ROOT_THRESHOLD:g}，且至少一个权重 ≥ 2 的信号）"))
         elif best.seen - runner < MARGIN:
             missing.insert(0, (f"it leads the runner-up by {best.seen - runner:g} (a root cause needs {MARGIN:g})", f"领先次强假设 {best.seen - runner:g}（根因需要 {MARGIN:g}）"))
+        causes = self._unchecked_causes(best, candidates)
+        if causes and not missing:
+            # A symptom (a proxy's timeouts, pool waits) is the root cause only once the
+            # dependency it points at was looked at: the causes that would explain it, checked.
+            names = ", ".join(c.key.replace("/", " ") for c in causes)
+            missing.append((f"it is a symptom, and what would explain it is not checked yet: {names}", f"它是症状，能解释它的原因尚未检查：{names}"))
+        if not missing and self._impact is None:
+            # Impact: a root cause explains something seen going wrong in the window.
+            missing.append(("it explains nothing seen in the window: no errors, no refused or blocked work, no failing or slowing requests, no alert", "它解释不了窗口内看到的任何问题：没有错误、没有被拒或阻塞的工作、没有失败或变慢的请求、没有告警"))
         confirmed = best.seen > 0 and not missing
         contributing: list[Candidate] = []
         if confirmed:
@@ -679,6 +715,10 @@ class OfflinePlanner:
         # rest after them (one call per tool and kind: a call for a first signal also asks for the
         # others of its tool and kind).
         lead = [s for s in best.unobservable if s.discriminating] if best is not None and best in pursue else []
+        # A symptom leads: what would explain it is looked at before its own signals (the
+        # dependency it points at first).
+        if best is not None:
+            lead = [s for c in self._unchecked_causes(best, candidates) for s in c.unobservable if s.discriminating and not s.rules_out] + lead
         # Once a mechanism is confirmed, one more bounded look fetches what names its culprit
         # (the blocking session, the top statement by load, the client holding connections).
         if confirmed and best is not None:
@@ -947,7 +987,7 @@ class OfflinePlanner:
                 written_co.add(co.key)
             hypotheses.append({"statement": label, "component": best.component, "mechanism": best.mechanism, "status": "confirmed", "claim_ids": rc_ids + kc_ids})
             top = best.top_hits(1)
-            effects = [c for c in ranked[1:] if c.key in best.explains and c.own > 0 and c.key not in written_co]
+            effects = [c for c in ranked[1:] if (c.key in best.explains or c.key in self._explained) and c.own > 0 and c.key not in written_co]
             for eff in effects:
                 if len(claims) >= 10:
                     break
@@ -1133,6 +1173,21 @@ class OfflinePlanner:
         if contributing_out and "contributing_causes" in DiagnosisDraft.model_fields:
             out["contributing_causes"] = contributing_out
         return out
+
+    def _unchecked_causes(self, best: Candidate, candidates: list[Candidate]) -> list[Candidate]:
+        """When `best` is a symptom mechanism (the vocabulary's `symptoms`): the candidates that
+        would explain it (they name it in `explains`, or its cards name them as alternatives) and
+        that are not a symptom themselves, with a discriminating signal not yet checked."""
+        if best.key not in symptoms():
+            return []
+        return [
+            c
+            for c in candidates
+            if c is not best
+            and c.key not in symptoms()
+            and (best.key in c.explains or c.key in best.distinguishes_from)
+            and any(s.discriminating and not s.rules_out and self._asks(s, self._offered) for s in c.unobservable)
+        ]
 
     @staticmethod
     def _related(best: Candidate, candidates: list[Candidate]) -> list[str]:

@@ -62,12 +62,14 @@ def redis_info(kind: str | None, result: dict[str, Any], refs: list[Ref]) -> lis
                 subject=f"maxmemory {limit}",
             )
         )
+    full = bool(out) and out[-1].code == "redis.memory_at_limit"
     oom = f.get("errorstat_OOM")
     n = _count(oom[1]) if oom else None
     if oom and n:
+        # A count since start: refusals now only while memory is at its limit now.
         out.append(
             Finding(
-                code="redis.oom_refused_writes",
+                code="redis.oom_refused_writes" if full else "redis.oom_refused_before",
                 text=f"{n} commands refused with OOM since the server started (errorstat_OOM){f' {uptime} s ago' if uptime is not None else ''}",
                 refs=(oom[0], *mem_refs),
                 numbers={"count": n, **since},
@@ -90,11 +92,12 @@ def redis_info(kind: str | None, result: dict[str, Any], refs: list[Ref]) -> lis
                 subject=f"maxclients {mc}",
             )
         )
+    at_limit = bool(out) and out[-1].code == "redis.clients_at_limit"
     rej = f.get("rejected_connections")
     if rej and (k := _int(rej[1])):
         out.append(
             Finding(
-                code="redis.rejected_connections",
+                code="redis.rejected_connections" if at_limit else "redis.rejected_before",
                 text=f"{k} connections rejected since the server started (maxclients {mc if mc else 'unknown'})",
                 refs=(rej[0], *client_refs),
                 numbers={"count": k, **({"limit": mc} if mc else {}), **since},
