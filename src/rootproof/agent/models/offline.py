@@ -42,7 +42,7 @@ from rootproof.agent.models.evidence_view import (
 from rootproof.boundary.provenance import outside_spans, record_key
 from rootproof.evidence_sources import from_component, names_component, observes
 from rootproof.diagnosis.candidates import shown_by_evidence
-from rootproof.diagnosis.findings import explains, symptoms
+from rootproof.diagnosis.findings import entry, explains, symptoms
 from rootproof.diagnosis.impact import impact_seen
 from rootproof.diagnosis.wording import blocker_culprit, limit_culprit
 from rootproof.kb.signals import as_number, norm, ref_matches, row_of
@@ -214,6 +214,23 @@ def _distinct_first(hits: list[Hit]) -> list[Hit]:
     return lead + rest
 
 
+def _finding_weights(key: str, observations: list[Observation]) -> list[tuple[str, set[tuple[str, str]], float]]:
+    """(finding name, its refs as records, its vocabulary weight) of the findings that support
+    `key`, one per finding name (the first seen), weight above 0."""
+    out: dict[str, tuple[str, set[tuple[str, str]], float]] = {}
+    for o in observations:
+        if not o.ready:
+            continue
+        for f in o.findings:
+            code = str(f.get("finding", ""))
+            weight = float(entry(code).get("weight") or 0)
+            if weight > 0 and key in (f.get("supports") or []) and code not in out:
+                texts = {str(r.get("raw_path")): str(r.get("text", "")) for r in o.refs}
+                hits = [Hit(invocation_id=o.invocation_id, tool=o.tool, raw_path=str(p), text=texts[str(p)], data_source=o.data_source, kind=o.kind) for p in f.get("refs") or [] if str(p) in texts]
+                out[code] = (code, {_record(h) for h in hits}, weight)
+    return list(out.values())
+
+
 def _from_component(component: str, h: Hit) -> bool:
     """Whether the ref comes from a source that observes `component`, or is a client error naming it."""
     return from_component(component, h.tool, h.kind, h.text, spans=h.spans or None)
@@ -247,6 +264,10 @@ class Candidate:
     near_misses: list[tuple[Signal, list[Hit]]] = field(default_factory=list)
     """Each metric or field signal that was looked at and did not hold, with the series or
     fields it tested (what was normal)."""
+    finding_codes: list[str] = field(default_factory=list)
+    """The analyzers' findings whose weight it counts (one per finding name)."""
+    finding_weight: float = 0.0
+    """The heaviest of those findings' weights."""
 
     @property
     def key(self) -> str:
@@ -255,8 +276,8 @@ class Candidate:
 
     @property
     def strong(self) -> bool:
-        """At least one seen signal of weight ≥ 2."""
-        return any(s.weight >= 2 for s, _ in self.hits)
+        """At least one seen signal, or analyzer finding, of weight ≥ 2."""
+        return self.finding_weight >= 2 or any(s.weight >= 2 for s, _ in self.hits)
 
     def top_hits(self, n: int) -> list[Hit]:
         """The hits of the heaviest signals, at most `n`, distinct refs."""
@@ -388,6 +409,7 @@ class OfflinePlanner:
         for c in candidates:
             c.seen = c.checked = 0.0
             c.hits, c.unobservable, c.records, c.against, c.near_misses, c.culprit_hits = [], [], set(), [], [], []
+            c.finding_codes, c.finding_weight = [], 0.0
             found: list[tuple[Signal, list[Hit]]] = []
             for s in c.signals:
                 observable, hits = evaluate_signal(s, observations)
@@ -420,6 +442,13 @@ class OfflinePlanner:
                 if s.weight >= CONTEXT_WEIGHT:
                     c.seen += s.weight
                     c.records.update(_record(h) for h in fresh)
+            # What the analyzers read in the whole results (a blocking tree now, a limit reached):
+            # each finding's weight once per finding kind, its refs records of their own.
+            for code, refs, weight in _finding_weights(c.key, observations):
+                c.seen += weight
+                c.records.update(refs)
+                c.finding_codes.append(code)
+                c.finding_weight = max(c.finding_weight, weight)
             c.own = c.seen
         # A cause that is itself strongly seen also accounts for the symptoms of the effects it
         # explains (a leak explains the exhausted pool; an OOM kill explains the crash loop), each
@@ -543,6 +572,26 @@ class OfflinePlanner:
         elif best.seen - runner < MARGIN:
             missing.insert(0, (f"it leads the runner-up by {best.seen - runner:g} (a root cause needs {MARGIN:g})", f"领先次强假设 {best.seen - runner:g}（根因需要 {MARGIN:g}）"))
         causes = self._unchecked_causes(best, candidates)
+        if not causes:
+            # An alternative its cards name, with evidence of its own, that its unchecked
+            # discriminating signals could still carry within the margin of the leader, is told
+            # apart before the leader is confirmed.
+            def open_weight(c: Candidate) -> float:
+                return sum(s.weight for s in c.unobservable if s.discriminating and not s.rules_out and self._asks(s, self._offered))
+
+            causes = [
+                c
+                for c in candidates
+                if c is not best
+                and c.key in best.distinguishes_from
+                and c.seen > 0
+                and open_weight(c) > 0
+                and c.seen + open_weight(c) > best.seen - MARGIN
+            ]
+            if causes and not missing:
+                names = ", ".join(c.key.replace("/", " ") for c in causes)
+                missing.append((f"an alternative with evidence of its own is not told apart yet: {names}", f"有自身证据的备选假设尚未区分：{names}"))
+                causes = []
         if causes and not missing:
             # A symptom (a proxy's timeouts, pool waits) is the root cause only once the
             # dependency it points at was looked at: the causes that would explain it, checked.
@@ -882,6 +931,9 @@ class OfflinePlanner:
     def _draft(self, question: str, candidates: list[Candidate], observations: list[Observation]) -> dict[str, Any]:
         zh = _is_zh(question)
         ranked, best, runner, confirmed, missing, contributing = self._verdict(candidates)
+        import os as _os, sys as _sys
+        if _os.environ.get("RP_DEBUG"):
+            print("VERDICT", best and best.key, confirmed, missing, [(c.key, c.seen, c.own, len(c.records), [(s.weight, s.discriminating, len(h)) for s, h in c.hits], c.finding_codes) for c in ranked[:5]], file=_sys.stderr)
         if best is not None:
             ranked = [best] + [c for c in ranked if c is not best]
         claims: list[dict[str, Any]] = []
