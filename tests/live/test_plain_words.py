@@ -103,6 +103,35 @@ def test_a_healthy_setup_has_no_root_cause_under_any_question(world: World) -> N
     assert not found, found
 
 
+def test_a_redis_refusing_writes_at_maxmemory_is_found_under_every_question(world: World) -> None:
+    c = client(world.sessions)
+    c.config_set("maxmemory", "3mb")
+    c.config_set("maxmemory-policy", "noeviction")
+    refused = 0
+    try:
+        for i in range(50_000):
+            try:
+                c.set(f"session:{i}", "x" * 512)
+            except redis.exceptions.OutOfMemoryError:
+                refused += 1
+                if refused >= 200:
+                    break
+        assert refused >= 200
+        answers = _ask_all(world)
+    finally:
+        # Left as it was found: no data, no limit, counters reset.
+        c.flushall()
+        c.config_set("maxmemory", "0")
+        c.config_resetstat()
+        c.close()
+    _expect(answers, ("redis", "memory_eviction"))
+    for q, r in answers:
+        cited = _cited(r)
+        assert any(c["excerpt"].startswith("errorstat_OOM:count=") for c in cited), (q, [c["excerpt"][:80] for c in cited])
+        assert any(c["excerpt"].startswith("maxmemory:3145728") for c in cited), (q, [c["excerpt"][:80] for c in cited])
+        assert "maxmemory 3145728" in r["content"]["report"]["root_cause"]["culprit"]
+
+
 def test_nginx_504s_behind_a_held_row_lock_are_traced_to_the_lock_under_every_question(world: World) -> None:
     fault = PgRowLock(world.env)
     try:
@@ -137,31 +166,6 @@ def test_a_held_row_lock_is_found_under_every_question(world: World) -> None:
         assert f"pid {lock.holder_pid}" in r["content"]["report"]["root_cause"]["culprit"], (q, r["content"]["report"]["root_cause"])
 
 
-def test_a_redis_refusing_writes_at_maxmemory_is_found_under_every_question(world: World) -> None:
-    c = client(world.sessions)
-    c.config_set("maxmemory", "3mb")
-    c.config_set("maxmemory-policy", "noeviction")
-    refused = 0
-    try:
-        for i in range(50_000):
-            try:
-                c.set(f"session:{i}", "x" * 512)
-            except redis.exceptions.OutOfMemoryError:
-                refused += 1
-                if refused >= 200:
-                    break
-        assert refused >= 200
-        answers = _ask_all(world)
-    finally:
-        c.flushall()
-        c.config_set("maxmemory", "0")
-        c.close()
-    _expect(answers, ("redis", "memory_eviction"))
-    for q, r in answers:
-        cited = _cited(r)
-        assert any(c["excerpt"].startswith("errorstat_OOM:count=") for c in cited), (q, [c["excerpt"][:80] for c in cited])
-        assert any(c["excerpt"].startswith("maxmemory:3145728") for c in cited), (q, [c["excerpt"][:80] for c in cited])
-        assert "maxmemory 3145728" in r["content"]["report"]["root_cause"]["culprit"]
 
 
 def test_a_redis_refusing_clients_at_maxclients_is_found_under_every_question(world: World) -> None:

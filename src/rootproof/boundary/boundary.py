@@ -37,10 +37,10 @@ from pydantic import BaseModel, ValidationError
 
 from rootproof.backends.registry import BackendRegistry, Resolved
 from rootproof.boundary.provenance import untrusted_spans
-from rootproof.diagnosis.findings import Ref, analyze
 from rootproof.boundary.safety import is_instruction_like, redact, redact_value
 from rootproof.boundary.store import CanonicalInvocation, CanonicalStore, InvocationStatus
 from rootproof.boundary.views import audit_record, control_view, model_observation
+from rootproof.diagnosis.findings import Ref, analyze
 from rootproof.errors import BackendError, BackendQueryError
 from rootproof.limits import clip_text
 from rootproof.observability.otel import OTHER_TOOL, ToolSpan

@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from rootproof.backends.query import parse_query
-from rootproof.diagnosis.findings import finding_refs
 from rootproof.boundary.store import CanonicalInvocation, InvocationStatus
+from rootproof.diagnosis.findings import finding_refs
 from rootproof.run.records import InvocationRecord
 from rootproof.tools.refs import canonical_json
 

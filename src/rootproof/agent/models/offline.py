@@ -40,11 +40,11 @@ from rootproof.agent.models.evidence_view import (
     uncovered_metric_names,
 )
 from rootproof.boundary.provenance import outside_spans, record_key
-from rootproof.evidence_sources import from_component, names_component, observes
 from rootproof.diagnosis.candidates import shown_by_evidence
 from rootproof.diagnosis.findings import entry, explains, symptoms
 from rootproof.diagnosis.impact import impact_seen
 from rootproof.diagnosis.wording import blocker_culprit, limit_culprit
+from rootproof.evidence_sources import from_component, names_component, observes
 from rootproof.kb.signals import as_number, norm, ref_matches, row_of
 from rootproof.taxonomy import recovery_policy
 from rootproof.tools.base import parse_since
@@ -931,9 +931,6 @@ class OfflinePlanner:
     def _draft(self, question: str, candidates: list[Candidate], observations: list[Observation]) -> dict[str, Any]:
         zh = _is_zh(question)
         ranked, best, runner, confirmed, missing, contributing = self._verdict(candidates)
-        import os as _os, sys as _sys
-        if _os.environ.get("RP_DEBUG"):
-            print("VERDICT", best and best.key, confirmed, missing, [(c.key, c.seen, c.own, len(c.records), [(s.weight, s.discriminating, len(h)) for s, h in c.hits], c.finding_codes) for c in ranked[:5]], file=_sys.stderr)
         if best is not None:
             ranked = [best] + [c for c in ranked if c is not best]
         claims: list[dict[str, Any]] = []

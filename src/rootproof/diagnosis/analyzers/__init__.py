@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rootproof.diagnosis.analyzers.metrics import series_changes
 from rootproof.diagnosis.analyzers.nginx import nginx_errors
 from rootproof.diagnosis.analyzers.postgres import blocking_tree, sessions
 from rootproof.diagnosis.analyzers.redis import redis_info
@@ -14,5 +15,6 @@ ANALYZERS: dict[str, tuple[Analyzer, ...]] = {
     "inspect_redis": (refusal, redis_info),
     "inspect_postgres": (refusal, blocking_tree, sessions),
     "inspect_nginx": (nginx_errors,),
+    "query_metrics": (series_changes,),
 }
 """Tool name → its analyzers, in the order their findings are listed."""
