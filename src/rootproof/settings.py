@@ -93,6 +93,10 @@ class Settings(BaseSettings):
     """The knowledge-base index cache (a folder per card: its chunks' tokens and embeddings).
     Default: `kb-index/` in the data folder. Several data folders may share one (CI jobs,
     test sessions, replicas): entries are named by content and written atomically."""
+    vocabulary: Path | None = None
+    """A YAML file of analyzer findings and symptom mechanisms (the shape of the shipped
+    `diagnosis/vocabulary.yaml`) whose entries replace the shipped ones, key by key: thresholds,
+    what a finding supports, its weight. Default: none (the shipped vocabulary)."""
     targets: Path | None = None
     """A targets file (YAML or TOML): the live systems `diagnose` and `tool call` read when
     neither `--targets` nor `--scenario` is given. Default: none (no live backend)."""
@@ -226,6 +230,13 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         source = _source(field, path, init, overrides)
         raise ConfigError(f"{source}: {err['msg']} (got {err.get('input')!r})") from exc
     _check_folders(settings, path, init, overrides)
+    if settings.vocabulary is not None:
+        from rootproof.diagnosis.findings import VocabularyError, use_vocabulary
+
+        try:
+            use_vocabulary(settings.vocabulary)
+        except VocabularyError as exc:
+            raise ConfigError(f"{_source('vocabulary', path, init, overrides)}: {exc}") from None
     return settings
 
 

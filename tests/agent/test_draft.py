@@ -84,5 +84,5 @@ def test_the_compact_schema_shares_one_cause_object_and_stays_small() -> None:
 
 def test_the_agent_prompt_says_when_to_write_a_contributing_cause() -> None:
     prompt = load_prompt("diagnosis_agent")
-    assert prompt.version == "diagnosis-agent-v3"
+    assert prompt.version == "diagnosis-agent-v4"
     assert "second independent cause, proven too, goes in contributing_causes" in " ".join(prompt.text.split())

@@ -231,7 +231,7 @@ def _assert_no_content(spans: list[ReadableSpan], out: RunOutcome, question: str
 def test_content_is_never_captured(traced: Traced) -> None:
     sc = load_scenario("pg-row-lock")
     out = traced.harness.diagnose(QUESTION, scenario=sc)
-    assert out.release_outcome == "PUBLISHED" and len(out.outcomes) > 3
+    assert out.release_outcome == "PUBLISHED" and len(out.outcomes) > 3, (out.fallback_type, out.evidence and out.evidence.codes, out.draft and out.draft.root_cause, getattr(out, "semantic", None))
     _assert_no_content(traced.spans(), out, QUESTION, ["periwinkle"])
     traced.exporter.clear()
     # a model's reasoning, text, query and an invented tool name (its name is the model's output) stay out too

@@ -127,7 +127,7 @@ class Hypothesis(_Model):
     statement: str = Field(max_length=1000)
     component: ComponentLabel
     mechanism: MechanismLabel
-    status: Literal["confirmed", "ruled_out", "open"]
+    status: Literal["confirmed", "ruled_out", "explained", "open"]
     claim_ids: list[str] = Field(default_factory=list)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["Finding", "Ref", "VocabularyError", "analyze", "finding_refs", "explains", "symptoms", "vocabulary"]
+__all__ = ["Finding", "Ref", "VocabularyError", "analyze", "finding_refs", "explains", "symptoms", "use_vocabulary", "vocabulary"]
 
 MAX_FINDINGS = 8
 """Findings kept per call (the first ones, by analyzer order)."""
@@ -93,13 +93,24 @@ class Finding:
 Analyzer = Callable[[str | None, dict[str, Any], list[Ref]], list[Finding]]
 
 
+_configured: Path | None = None
+
+
+def use_vocabulary(path: Path) -> None:
+    """Use the user's vocabulary file `path` over the shipped one (checked now: `VocabularyError`)."""
+    global _configured
+    _user_vocabulary(path)
+    _configured = path
+    _documents.cache_clear()
+
+
 @cache
 def _documents() -> tuple[dict[str, Any], ...]:
-    """The shipped vocabulary, then the file named by ROOTPROOF_VOCABULARY (when set)."""
+    """The shipped vocabulary, then the user's file (the `vocabulary` setting, ROOTPROOF_VOCABULARY)."""
     docs = [yaml.safe_load(files("rootproof.diagnosis").joinpath("vocabulary.yaml").read_text(encoding="utf-8"))]
-    extra = os.environ.get("ROOTPROOF_VOCABULARY", "").strip()
-    if extra:
-        docs.append(_user_vocabulary(Path(extra)))
+    extra = _configured or (Path(v) if (v := os.environ.get("ROOTPROOF_VOCABULARY", "").strip()) else None)
+    if extra is not None:
+        docs.append(_user_vocabulary(extra))
     return tuple(docs)
 
 
@@ -134,18 +145,18 @@ def _user_vocabulary(path: Path) -> dict[str, Any]:
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
-        raise VocabularyError(f"ROOTPROOF_VOCABULARY: cannot read {path}: {exc}") from None
+        raise VocabularyError(f"cannot read {path}: {exc}") from None
     if not isinstance(doc, dict) or not set(doc) <= {"findings", "symptoms"}:
-        raise VocabularyError(f"ROOTPROOF_VOCABULARY: {path}: expected a mapping with `findings:` and/or `symptoms:`")
+        raise VocabularyError(f"{path}: expected a mapping with `findings:` and/or `symptoms:`")
     found = doc.get("findings") or {}
     if not isinstance(found, dict):
-        raise VocabularyError(f"ROOTPROOF_VOCABULARY: {path}: findings: expected a mapping of finding name → entry")
+        raise VocabularyError(f"{path}: findings: expected a mapping of finding name → entry")
     for name, body in found.items():
         if not isinstance(body, dict) or not isinstance(body.get("supports", []), list):
-            raise VocabularyError(f"ROOTPROOF_VOCABULARY: {path}: findings.{name}: expected a mapping with a list `supports`")
+            raise VocabularyError(f"{path}: findings.{name}: expected a mapping with a list `supports`")
     sym = doc.get("symptoms") or {}
     if not isinstance(sym, dict) or not all(isinstance(v, list) for v in sym.values()):
-        raise VocabularyError(f"ROOTPROOF_VOCABULARY: {path}: symptoms: expected a mapping of component/mechanism → list of what can explain it")
+        raise VocabularyError(f"{path}: symptoms: expected a mapping of component/mechanism → list of what can explain it")
     return doc
 
 

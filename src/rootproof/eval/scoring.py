@@ -275,24 +275,29 @@ def _matched_ids(truth: GroundTruth, refs: Iterable[CitedRef]) -> list[str]:
 def _ruled_out(
     truth: GroundTruth, report: Mapping[str, Any], refs: Sequence[CitedRef]
 ) -> tuple[list[str], list[str]]:
-    """(ruled out, not ruled out) alternatives as `component/mechanism`."""
+    """(ruled out, not ruled out) alternatives and effects as `component/mechanism`: an
+    alternative is ruled out by a `ruled_out` (or `explained`) hypothesis citing one of its
+    `ruled_out_by` evidence; an effect by an `explained` (or `ruled_out`) hypothesis citing one
+    of its `explained_by` evidence (any runtime citation when it lists none)."""
     by_id = {r.id: r for r in truth.required_evidence}
     hyps = [h for h in report.get("hypotheses") or [] if isinstance(h, dict)]
     done: list[str] = []
     missing: list[str] = []
-    for alt in truth.alternatives:
-        name = f"{alt.component}/{alt.mechanism}"
+    wanted = [(a.component, a.mechanism, a.ruled_out_by, False) for a in truth.alternatives]
+    wanted += [(e.component, e.mechanism, e.explained_by, True) for e in truth.effects]
+    for component, mechanism, by, effect in wanted:
+        name = f"{component}/{mechanism}"
         ok = False
         for h in hyps:
-            if h.get("status") != "ruled_out" or (h.get("component"), h.get("mechanism")) != (
-                alt.component,
-                alt.mechanism,
-            ):
+            if h.get("status") not in ("ruled_out", "explained") or (h.get("component"), h.get("mechanism")) != (component, mechanism):
                 continue
             claim_ids = set(h.get("claim_ids") or [])
             cited = [r for r in refs if r.claim_id in claim_ids]
-            if any(_matches(by_id[e], r) for e in alt.ruled_out_by if e in by_id for r in cited):
-                ok = True
+            if effect and not by:
+                ok = any(r.tool_name != "lookup_knowledge" and r.verified for r in cited)
+            else:
+                ok = any(_matches(by_id[e], r) for e in by if e in by_id for r in cited)
+            if ok:
                 break
         (done if ok else missing).append(name)
     return done, missing
@@ -537,6 +542,9 @@ def wrong_root_cause(truth: GroundTruth, obs: CaseObservation) -> str | None:
             return f"published red herring {_name(c)} ({why}) as a contributing cause"
     if rc is None:
         return None
+    for e in truth.effects:
+        if (rc["component"], rc["mechanism"]) == (e.component, e.mechanism):
+            return f"published {_name(rc)}, a symptom of the root cause (an effect in the ground truth), as the root cause"
     gt = truth.root_cause
     accepted = truth.causes if truth.contributing_causes else truth.causes[:1]
     if gt is None or not any(c.accepts(rc["component"], rc["mechanism"]) for c in accepted):
@@ -657,7 +665,7 @@ def _evidence(
     else:
         d.reasons.append("no required evidence")
     done, missing = _ruled_out(truth, report, obs.cited_refs)
-    alts = len(truth.alternatives)
+    alts = len(truth.alternatives) + len(truth.effects)
     if wrong is not None:
         d.reasons.append(f"alternatives ruled out earn nothing: the diagnosis is wrong ({wrong})")
         return d, matched, done

@@ -445,10 +445,11 @@ def _uncorroborated(
 
 
 def _ruled_out_untested(draft: DiagnosisDraft, verified: list[VerifiedCitation]) -> list[Violation]:
-    """EG-16: a ruled-out hypothesis cites a runtime ref from a source able to observe its component."""
+    """EG-16: a ruled-out hypothesis, or one marked explained by the root cause (a symptom of it),
+    cites a runtime ref from a source able to observe its component."""
     out: list[Violation] = []
     for h in draft.hypotheses:
-        if h.status != "ruled_out":
+        if h.status not in ("ruled_out", "explained"):
             continue
         cits = [c for c in verified if c.claim_id in set(h.claim_ids) and _runtime(c)]
         if not any(observes(h.component, c.tool_name, c.kind, c.ref_text) for c in cits):

@@ -352,6 +352,12 @@ class _AlternativeModel(_Model):
     ruled_out_by: list[StrictStr] = Field(default_factory=list)
 
 
+class _EffectModel(_Model):
+    component: ComponentName
+    mechanism: MechanismName
+    explained_by: list[StrictStr] = Field(default_factory=list)
+
+
 class _RedHerringModel(_Model):
     description: Text
     component: ComponentName
@@ -373,6 +379,7 @@ class GroundTruthModel(_Model):
     required_evidence: list[_RequiredEvidenceModel]
     expected_outcome: _ExpectedOutcomeModel | None = None
     alternatives: list[_AlternativeModel] = Field(default_factory=list)
+    effects: list[_EffectModel] = Field(default_factory=list)
     red_herrings: list[_RedHerringModel] = Field(default_factory=list)
     recovery: _RecoveryModel = Field(default_factory=_RecoveryModel)
 

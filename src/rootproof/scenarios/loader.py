@@ -39,6 +39,7 @@ from rootproof.scenarios.types import (
     LogLine,
     MetricSeries,
     Recovery,
+    Effect,
     RedHerring,
     RequiredEvidence,
     RootCause,
@@ -269,6 +270,14 @@ def _ground_truth(doc: YamlDocument, m: GroundTruthModel, problems: list[str]) -
                     ("alternatives", i, "ruled_out_by", j),
                     f"unknown required_evidence id {ref!r} (expected one of: {known})",
                 )
+    for i, eff in enumerate(m.effects):
+        for j, ref in enumerate(eff.explained_by):
+            if ref not in ids:
+                known = ", ".join(ids) or "none defined"
+                bad(
+                    ("effects", i, "explained_by", j),
+                    f"unknown required_evidence id {ref!r} (expected one of: {known})",
+                )
     rc = _cause(m.root_cause) if m.root_cause is not None else None
     contributing = tuple(_cause(c) for c in m.contributing_causes)
     if contributing and (not m.fault or rc is None):
@@ -335,6 +344,7 @@ def _ground_truth(doc: YamlDocument, m: GroundTruthModel, problems: list[str]) -
             RedHerring(description=r.description, component=r.component, mechanism=r.mechanism)
             for r in m.red_herrings
         ),
+        effects=tuple(Effect(component=e.component, mechanism=e.mechanism, explained_by=tuple(e.explained_by)) for e in m.effects),
         recovery=Recovery(
             contract=rec.contract,
             acceptable=tuple(rec.acceptable),

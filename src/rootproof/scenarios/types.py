@@ -226,6 +226,18 @@ class Alternative:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Effect:
+    """A symptom the root cause produces (a proxy's 504s behind a frozen upstream): never the root
+    cause; a draft that marks it `explained` (or `ruled_out`), citing the evidence that links it
+    to the root cause (`explained_by`: required-evidence ids; none listed: any runtime citation),
+    earns what a rule-out earns."""
+
+    component: str
+    mechanism: str
+    explained_by: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class RedHerring:
     """A loud signal that is not the cause."""
 
@@ -258,6 +270,8 @@ class GroundTruth:
     alternatives: tuple[Alternative, ...]
     red_herrings: tuple[RedHerring, ...]
     recovery: Recovery
+    effects: tuple[Effect, ...] = ()
+    """Symptoms of the root cause (`Effect`): named as the root cause they fail it."""
     contributing_causes: tuple[RootCause, ...] = ()
     """Further independent causes of a compositional incident: a right diagnosis names the root
     cause and each of these (as its root cause or its contributing causes, in any order)."""

@@ -187,7 +187,7 @@ def compact_draft_schema(taxonomy: Taxonomy | None = None) -> dict[str, Any]:
             "statement": _str(),
             "component": enum("component"),
             "mechanism": enum("mechanism"),
-            "status": {"type": "string", "enum": ["confirmed", "ruled_out", "open"]},
+            "status": {"type": "string", "enum": ["confirmed", "ruled_out", "explained", "open"]},
             "claim_ids": _strings(DRAFT_ARRAY_BOUNDS["claim_ids"]),
         },
         "required": ["statement", "component", "mechanism", "status", "claim_ids"],

@@ -996,7 +996,7 @@ class OfflinePlanner:
             elif f_hits:
                 shown.update(h.key for h in f_hits)
                 ex = "; ".join(_excerpt(h.text, []) for h in f_hits[:3])
-                rc_ids.append(add_claim(f"分析发现（{label}）：“{ex}”" if zh else f"What the readings show ({label}): \"{ex}\"", "root_cause", [cite(h, []) for h in f_hits]))
+                rc_ids.append(add_claim(f"根因证据（{label}）：“{ex}”" if zh else f"Root cause evidence ({label}): \"{ex}\"", "root_cause", [cite(h, []) for h in f_hits]))
             # The root blocker's own session row (its activity, not a waiter's row naming it).
             own = self._own_row([f for f, _ in found], observations)
             own_row = row_of(own.tool, own.text) if own is not None else None
@@ -1004,7 +1004,7 @@ class OfflinePlanner:
             if own is not None and own.key not in shown:
                 shown.add(own.key)
                 ex = _excerpt(own.text, [])
-                rc_ids.append(add_claim(f"阻塞者自身的会话（{label}）：“{ex}”" if zh else f"The blocker's own session ({label}): \"{ex}\"", "root_cause", [cite(own, [])]))
+                rc_ids.append(add_claim(f"罪魁（{label}）：“{ex}”" if zh else f"Culprit ({label}): \"{ex}\"", "root_cause", [cite(own, [])]))
             culprit_hit = self._culprit_hit(best)
             if culprit_hit is not None:
                 # The ref that names the culprit is cited by a root-cause claim of its own (or
@@ -1051,7 +1051,7 @@ class OfflinePlanner:
                 cause = [cite(h, signal_strings(sg)) for sg, hs in ordered if sg.discriminating for h in hs[:1]][:2]
                 cid = add_claim(text, "finding", cits[:6] + cause)
                 # As a root cause it is ruled out: what it shows is a consequence of the root cause.
-                hypotheses.append({"statement": f"{elabel} ({'由 ' + label + ' 引起，不是根因' if zh else 'explained by ' + label + ', not the root cause'})", "component": eff.component, "mechanism": eff.mechanism, "status": "ruled_out", "claim_ids": [cid]})
+                hypotheses.append({"statement": f"{elabel} ({'由 ' + label + ' 引起，不是根因' if zh else 'explained by ' + label + ', not the root cause'})", "component": eff.component, "mechanism": eff.mechanism, "status": "explained", "claim_ids": [cid]})
             # An alternative with a discriminating signal seen is not ruled out: it stays open.
             alternatives = [c for c in ranked[1:] if c.key not in written_co and (c.seen + MARGIN <= best.seen or c.against) and c not in effects and not any(s.discriminating for s, _ in c.hits)]
             # The alternatives its cards name are answered first.

@@ -1180,7 +1180,7 @@ def _score(run: _Run) -> None:
                 else ""
             )
         )
-    elif len(hyps) >= 2 and any(h.get("status") in ("confirmed", "ruled_out") for h in hyps):
+    elif len(hyps) >= 2 and any(h.get("status") in ("confirmed", "ruled_out", "explained") for h in hyps):
         d.score = 15
         d.reasons.append(f"no named alternatives; {len(hyps)} hypotheses differentiated")
     else:
