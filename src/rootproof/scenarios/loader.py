@@ -32,6 +32,7 @@ from rootproof.scenarios._schema import (
 from rootproof.scenarios.types import (
     Alert,
     Alternative,
+    Effect,
     EvidenceMatch,
     ExpectedOutcome,
     GroundTruth,
@@ -39,7 +40,6 @@ from rootproof.scenarios.types import (
     LogLine,
     MetricSeries,
     Recovery,
-    Effect,
     RedHerring,
     RequiredEvidence,
     RootCause,
