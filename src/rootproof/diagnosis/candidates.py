@@ -12,10 +12,23 @@ verdict's gates still decide whether a candidate is a root cause.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from rootproof.agent.models.evidence_view import Observation, evaluate_signal
-from rootproof.diagnosis.findings import symptoms
+from rootproof.agent.models.evidence_view import (
+    Hit,
+    Observation,
+    evaluate_signal,
+    near_misses,
+)
+from rootproof.diagnosis.findings import entry, symptoms
+from rootproof.evidence_sources import from_component
+
+if TYPE_CHECKING:
+    from rootproof.kb.cards import Hypothesis, Signal
+from rootproof.diagnosis.state import CONTEXT_WEIGHT, ROOT_THRESHOLD, PlannerState, _record
 from rootproof.kb.cards import Card, Hypothesis
 
 __all__ = ["EVIDENCE_WEIGHT", "shown_by_evidence", "supported"]
@@ -60,3 +73,208 @@ def shown_by_evidence(cards: dict[str, Card], observations: list[Observation], k
                     shown.add(key)
                     yield h, card_id
                     break
+
+
+_CARD_ID = re.compile(r"^\[([a-z0-9-]+)\]")
+
+
+def _distinct_first(hits: list[Hit]) -> list[Hit]:
+    """`hits` with one hit per record first, then the repeats (so the first few cited refs are
+    independent records)."""
+    seen: set[tuple[str, str]] = set()
+    lead: list[Hit] = []
+    rest: list[Hit] = []
+    for h in hits:
+        (rest if _record(h) in seen else lead).append(h)
+        seen.add(_record(h))
+    return lead + rest
+
+
+def _finding_weights(key: str, observations: list[Observation]) -> list[tuple[str, set[tuple[str, str]], float]]:
+    """(finding name, its refs as records, its vocabulary weight) of the findings that support
+    `key`, one per finding name (the first seen), weight above 0."""
+    out: dict[str, tuple[str, set[tuple[str, str]], float]] = {}
+    for o in observations:
+        if not o.ready:
+            continue
+        for f in o.findings:
+            code = str(f.get("finding", ""))
+            weight = float(entry(code).get("weight") or 0)
+            if weight > 0 and key in (f.get("supports") or []) and code not in out:
+                texts = {str(r.get("raw_path")): str(r.get("text", "")) for r in o.refs}
+                hits = [Hit(invocation_id=o.invocation_id, tool=o.tool, raw_path=str(p), text=texts[str(p)], data_source=o.data_source, kind=o.kind) for p in f.get("refs") or [] if str(p) in texts]
+                out[code] = (code, {_record(h) for h in hits}, weight)
+    return list(out.values())
+
+
+def _from_component(component: str, h: Hit) -> bool:
+    """Whether the ref comes from a source that observes `component`, or is a client error naming it."""
+    return from_component(component, h.tool, h.kind, h.text, spans=h.spans or None)
+
+
+@dataclass(kw_only=True)
+class Candidate:
+    """One hypothesis under test, merged over the cards that propose it."""
+
+    component: str
+    mechanism: str
+    rank: int
+    cards: list[str] = field(default_factory=list)
+    signals: list[Signal] = field(default_factory=list)
+    distinguishes_from: list[str] = field(default_factory=list)
+    recovery: list[str] = field(default_factory=list)
+    explains: list[str] = field(default_factory=list)
+    seen: float = 0.0
+    own: float = 0.0
+    """Seen weight of its own signals, before the effects it explains are added."""
+    checked: float = 0.0
+    hits: list[tuple[Signal, list[Hit]]] = field(default_factory=list)
+    """Each counted signal with the refs it newly brought (a record counts once, by the heaviest signal)."""
+    unobservable: list[Signal] = field(default_factory=list)
+    records: set[tuple[str, str]] = field(default_factory=set)
+    """(tool, timestamp-free text) of every record its scored signals matched."""
+    against: list[tuple[Signal, list[Hit]]] = field(default_factory=list)
+    """Each seen `rules_out` signal with its refs: evidence against the hypothesis."""
+    culprit_hits: list[tuple[Signal, list[Hit]]] = field(default_factory=list)
+    """Each seen `culprit` signal with all its refs (whatever heavier signal counted them)."""
+    near_misses: list[tuple[Signal, list[Hit]]] = field(default_factory=list)
+    """Each metric or field signal that was looked at and did not hold, with the series or
+    fields it tested (what was normal)."""
+    finding_codes: list[str] = field(default_factory=list)
+    """The analyzers' findings whose weight it counts (one per finding name)."""
+    finding_weight: float = 0.0
+    """The heaviest of those findings' weights."""
+
+    @property
+    def key(self) -> str:
+        """`component/mechanism`."""
+        return f"{self.component}/{self.mechanism}"
+
+    @property
+    def strong(self) -> bool:
+        """At least one seen signal, or analyzer finding, of weight ≥ 2."""
+        return self.finding_weight >= 2 or any(s.weight >= 2 for s, _ in self.hits)
+
+    def top_hits(self, n: int) -> list[Hit]:
+        """The hits of the heaviest signals, at most `n`, distinct refs."""
+        out: list[Hit] = []
+        for _, hits in sorted(self.hits, key=lambda sh: -sh[0].weight):
+            for h in hits[:1]:
+                if all((h.invocation_id, h.raw_path) != (o.invocation_id, o.raw_path) for o in out):
+                    out.append(h)
+        return out[:n]
+
+
+
+class CandidateStage(PlannerState):
+    """The planner's candidates stage (mixed into `EvidencePlanner`): the cards the lookup returned,
+    then what the evidence shows; each scored on the observations."""
+
+    def _candidates(self, observations: list[Observation]) -> list[Candidate]:
+        out: dict[str, Candidate] = {}
+        for obs in observations:
+            if obs.tool != "lookup_knowledge" or not obs.ready:
+                continue
+            for ref in obs.refs:
+                m = _CARD_ID.match(str(ref.get("text", "")))
+                card = self.kb.cards.get(m.group(1)) if m else None
+                if card is None:
+                    continue
+                for h in card.hypotheses:
+                    self._merge(out, h, card.id)
+        # Then every hypothesis of the catalogue the evidence itself shows: the question's lookup
+        # orders the work, it does not decide which hypotheses exist.
+        for h, card_id in shown_by_evidence(self.kb.cards, observations, set(out)):
+            self._merge(out, h, card_id)
+        return list(out.values())
+
+    @staticmethod
+    def _merge(out: dict[str, Candidate], h: Hypothesis, card_id: str) -> None:
+        key = f"{h.component}/{h.mechanism}"
+        c = out.get(key)
+        if c is None:
+            c = out[key] = Candidate(component=h.component, mechanism=h.mechanism, rank=len(out))
+        if card_id not in c.cards:
+            c.cards.append(card_id)
+        known = {s.model_dump_json() for s in c.signals}
+        c.signals.extend(s for s in h.signals if s.model_dump_json() not in known)
+        c.distinguishes_from.extend(d for d in h.distinguishes_from if d not in c.distinguishes_from)
+        c.recovery.extend(r for r in h.recovery if r not in c.recovery)
+        c.explains.extend(e for e in h.explains if e not in c.explains)
+
+    @staticmethod
+    def _score(candidates: list[Candidate], observations: list[Observation]) -> None:
+        for c in candidates:
+            c.seen = c.checked = 0.0
+            c.hits, c.unobservable, c.records, c.against, c.near_misses, c.culprit_hits = [], [], set(), [], [], []
+            c.finding_codes, c.finding_weight = [], 0.0
+            found: list[tuple[Signal, list[Hit]]] = []
+            for s in c.signals:
+                observable, hits = evaluate_signal(s, observations)
+                if not observable:
+                    c.unobservable.append(s)
+                if s.rules_out:
+                    if hits:
+                        c.against.append((s, hits))
+                    continue
+                if hits and s.culprit:
+                    c.culprit_hits.append((s, hits))
+                if hits:
+                    found.append((s, hits))
+                elif observable:
+                    missed = near_misses(s, observations)
+                    if missed:
+                        c.near_misses.append((s, missed))
+                if observable:
+                    c.checked += s.weight
+            # One record counts once per hypothesis, whichever cards or signals name it: the
+            # heaviest signal that matched it counts; a signal whose every record a heavier one
+            # already counted adds nothing (one Full GC line is one line, not two cards' worth).
+            claimed: set[tuple[str, str]] = set()
+            for s, hits in sorted(found, key=lambda sh: -sh[0].weight):
+                fresh = _distinct_first([h for h in hits if _record(h) not in claimed])
+                claimed.update(_record(h) for h in hits)
+                if not fresh:
+                    continue
+                c.hits.append((s, fresh))
+                if s.weight >= CONTEXT_WEIGHT:
+                    c.seen += s.weight
+                    c.records.update(_record(h) for h in fresh)
+            # What the analyzers read in the whole results (a blocking tree now, a limit reached):
+            # each finding's weight once per finding kind, its refs records of their own.
+            for code, refs, weight in _finding_weights(c.key, observations):
+                c.seen += weight
+                c.records.update(refs)
+                c.finding_codes.append(code)
+                c.finding_weight = max(c.finding_weight, weight)
+            c.own = c.seen
+        # A cause that is itself strongly seen also accounts for the symptoms of the effects it
+        # explains (a leak explains the exhausted pool; an OOM kill explains the crash loop), each
+        # record still counted once.
+        by_key = {c.key: c for c in candidates}
+        for c in candidates:
+            if c.strong and c.own >= ROOT_THRESHOLD:
+                taken = set(c.records)
+                extra = 0.0
+                for e in c.explains:
+                    eff = by_key.get(e)
+                    if eff is None:
+                        continue
+                    for s, hits in eff.hits:
+                        recs = {_record(h) for h in hits}
+                        if s.weight >= CONTEXT_WEIGHT and recs - taken:
+                            extra += s.weight
+                        taken |= recs
+                c.seen = c.own + extra
+        # Evidence against a hypothesis (its metric back to baseline, its resource expanded)
+        # counts against it, by the heaviest such signal per record.
+        for c in candidates:
+            claimed = set()
+            against = 0.0
+            for s, hits in sorted(c.against, key=lambda sh: -sh[0].weight):
+                if {_record(h) for h in hits} - claimed:
+                    against += s.weight
+                claimed.update(_record(h) for h in hits)
+            if against:
+                c.seen = max(0.0, c.seen - against)
+                c.own = max(0.0, c.own - against)

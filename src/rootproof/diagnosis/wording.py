@@ -83,3 +83,25 @@ def blocker_culprit(findings: list[dict[str, Any]], zh: bool, row: dict[str, Any
     if n:
         return f"{who} 阻塞了 {n} 个会话" if zh else f"{who} blocks {n} session(s)"
     return who
+
+
+_LABELS_ZH = {
+    "row_lock_contention": "行锁争用", "deadlock": "死锁", "connection_exhaustion": "连接耗尽", "pool_leak": "连接池泄漏",
+    "slow_query": "慢查询", "replication_lag": "复制延迟", "max_clients_reached": "达到最大客户端数", "memory_eviction": "内存驱逐",
+    "upstream_timeout": "上游超时", "gc_pause": "gc 停顿", "oom_kill": "OOM kill", "disk_full": "磁盘满",
+    "dns_resolution_failure": "DNS 解析失败", "certificate_expired": "证书过期", "bad_config_rollout": "配置变更",
+    "cpu_saturation": "CPU 饱和", "thread_pool_exhaustion": "线程池耗尽", "queue_backlog": "队列积压", "network_partition": "网络分区",
+    "failover": "故障切换", "storage_full": "存储空间耗尽", "checkpoint_storm": "检查点风暴", "vacuum_storm": "vacuum 风暴",
+}
+
+
+def _label(component: str, mechanism: str, zh: bool) -> str:
+    comp = component.replace("_", " ")
+    if zh:
+        return f"{comp} {_LABELS_ZH.get(mechanism, mechanism.replace('_', ' '))}"
+    return f"{comp} {mechanism.replace('_', ' ')}"
+
+
+def _is_zh(text: str) -> bool:
+    return sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff") >= 2
+
