@@ -41,7 +41,9 @@ class EvidencePlanner(PlanStage, CandidateStage, VerdictStage, DraftStage):
         question = _question(request)
         observations = observations_from(request.messages)
         offered = {t.name for t in request.tools}
-        self._offered = offered
+        # What the run can call (the draft step lists them without offering them): the verdict's
+        # gates ask whether a signal could still be checked.
+        self._offered = offered or {t.name for t in request.listed_tools}
         # The run's budget when the loop gives one (a scenario's or the settings'), else the defaults.
         self._max_calls = request.tool_calls or MAX_TOOL_CALLS
         self._per_tool = request.calls_per_tool or MAX_CALLS_PER_TOOL

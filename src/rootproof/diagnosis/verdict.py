@@ -111,11 +111,11 @@ class VerdictStage(PlannerState):
             missing.insert(0, (f"it leads the runner-up by {best.seen - runner:g} (a root cause needs {MARGIN:g})", f"领先次强假设 {best.seen - runner:g}（根因需要 {MARGIN:g}）"))
         causes = self._unchecked_causes(best, candidates)
         if not causes:
-            # An alternative its cards name, with evidence of its own, that its unchecked
-            # discriminating signals could still carry within the margin of the leader, is told
-            # apart before the leader is confirmed.
+            # An alternative its cards name, with evidence of its own, that one unchecked
+            # discriminating signal could bring level with the leader, is told apart before the
+            # leader is confirmed.
             def open_weight(c: Candidate) -> float:
-                return sum(s.weight for s in c.unobservable if s.discriminating and not s.rules_out and self._asks(s, self._offered))
+                return max((s.weight for s in c.unobservable if s.discriminating and not s.rules_out and self._asks(s, self._offered)), default=0.0)
 
             causes = [
                 c
@@ -124,7 +124,7 @@ class VerdictStage(PlannerState):
                 and c.key in best.distinguishes_from
                 and c.seen > 0
                 and open_weight(c) > 0
-                and c.seen + open_weight(c) > best.seen - MARGIN
+                and c.seen + open_weight(c) >= best.seen
             ]
             if causes and not missing:
                 names = ", ".join(c.key.replace("/", " ") for c in causes)
@@ -135,6 +135,19 @@ class VerdictStage(PlannerState):
             # dependency it points at was looked at: the causes that would explain it, checked.
             names = ", ".join(c.key.replace("/", " ") for c in causes)
             missing.append((f"it is a symptom, and what would explain it is not checked yet: {names}", f"它是症状，能解释它的原因尚未检查：{names}"))
+        if not missing and best.key in symptoms() and best.key not in self._explained:
+            # The symptom stands only where no fault is visible in what it points at: a cause that
+            # can explain it with discriminating evidence of its own, even too little to confirm,
+            # leaves the root cause unknown rather than the symptom published.
+            seen_causes = [c for c in candidates if c is not best and explains(c.key, best.key) and any(s.discriminating and s.weight >= CONTEXT_WEIGHT for s, _ in c.hits)]
+            # Where the run can read a dependency's state (an inspect tool, metrics), the symptom's
+            # own evidence must tell it apart: pool waits alone say only that something is slow.
+            lookable = any(t.startswith("inspect_") or t == "query_metrics" for t in self._offered)
+            if lookable and not any(s.discriminating for s, _ in best.hits):
+                missing.append(("it is a symptom, and nothing seen tells it apart from what would cause it", "它是症状，没有任何所见证据能把它与其原因区分开"))
+            elif seen_causes:
+                names = ", ".join(c.key.replace("/", " ") for c in seen_causes[:3])
+                missing.append((f"it is a symptom, and a fault that would explain it shows evidence of its own: {names}", f"它是症状，能解释它的故障已有自身证据：{names}"))
         if not missing and self._impact is None:
             # Impact: a root cause explains something seen going wrong in the window.
             missing.append(("it explains nothing seen in the window: no errors, no refused or blocked work, no failing or slowing requests, no alert", "它解释不了窗口内看到的任何问题：没有错误、没有被拒或阻塞的工作、没有失败或变慢的请求、没有告警"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rootproof.diagnosis.analyzers.logs import log_errors
 from rootproof.diagnosis.analyzers.metrics import series_changes
 from rootproof.diagnosis.analyzers.nginx import nginx_errors
 from rootproof.diagnosis.analyzers.postgres import blocking_tree, sessions
@@ -16,5 +17,6 @@ ANALYZERS: dict[str, tuple[Analyzer, ...]] = {
     "inspect_postgres": (refusal, blocking_tree, sessions),
     "inspect_nginx": (nginx_errors,),
     "query_metrics": (series_changes,),
+    "query_logs": (log_errors,),
 }
 """Tool name → its analyzers, in the order their findings are listed."""
