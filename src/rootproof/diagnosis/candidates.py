@@ -107,6 +107,21 @@ def _finding_weights(key: str, observations: list[Observation]) -> list[tuple[st
     return list(out.values())
 
 
+def _finding_meaning(observations: list[Observation]) -> dict[tuple[str, str], tuple[str, ...]]:
+    """(invocation id, raw path) → the mechanisms a fault's finding about a subject (a root
+    blocker, a limit reached) says the ref shows."""
+    out: dict[tuple[str, str], tuple[str, ...]] = {}
+    for o in observations:
+        for f in o.findings:
+            supports = tuple(str(k) for k in f.get("supports") or [])
+            # A symptom's refs are evidence for what causes it too: only a fault's finding claims them.
+            if not supports or not f.get("subject") or f.get("symptom"):
+                continue
+            for p in f.get("refs") or []:
+                out[(o.invocation_id, str(p))] = tuple(dict.fromkeys(out.get((o.invocation_id, str(p)), ()) + supports))
+    return out
+
+
 def _from_component(component: str, h: Hit) -> bool:
     """Whether the ref comes from a source that observes `component`, or is a client error naming it."""
     return from_component(component, h.tool, h.kind, h.text, spans=h.spans or None)
@@ -204,6 +219,10 @@ class CandidateStage(PlannerState):
 
     @staticmethod
     def _score(candidates: list[Candidate], observations: list[Observation]) -> None:
+        # What an analyzer has read a ref to be (the root blocker of a lock, a limit reached) is
+        # its meaning: that ref is evidence only for the mechanisms the finding supports, never
+        # for a rival's signal (the blocker's idle transaction is not a pool's leaked connection).
+        meaning = _finding_meaning(observations)
         for c in candidates:
             c.seen = c.checked = 0.0
             c.hits, c.unobservable, c.records, c.against, c.near_misses, c.culprit_hits = [], [], set(), [], [], []
@@ -217,6 +236,7 @@ class CandidateStage(PlannerState):
                     if hits:
                         c.against.append((s, hits))
                     continue
+                hits = [h for h in hits if c.key in meaning.get(h.key, (c.key,))]
                 if hits and s.culprit:
                     c.culprit_hits.append((s, hits))
                 if hits:
