@@ -9,7 +9,10 @@ the shipped default wording list (questions that name no component and no mechan
 - nothing wrong: no root cause.
 
 Every server is a real process on loopback (the live environment plus a private redis-server);
-the diagnosis is `rootproof diagnose --targets FILE QUESTION --json` as a user runs it.
+the diagnosis is `rootproof diagnose --targets FILE QUESTION --json` as a user runs it. The
+faults run one after the other on the same environment, each cleaned up before the next; what
+one leaves in the logs' window (the order service's warnings while its orders waited on a lock)
+is still there for the next, as in production.
 """
 
 from __future__ import annotations
@@ -132,6 +135,22 @@ def test_a_redis_refusing_writes_at_maxmemory_is_found_under_every_question(worl
         assert "maxmemory 3145728" in r["content"]["report"]["root_cause"]["culprit"]
 
 
+def test_a_held_row_lock_is_found_under_every_question(world: World) -> None:
+    dsn = world.env.superuser_dsn()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS merchant_balances (merchant_id int PRIMARY KEY, pending_cents bigint NOT NULL)")
+        conn.execute("INSERT INTO merchant_balances VALUES (4471, 0), (4472, 0) ON CONFLICT DO NOTHING")
+    with row_lock(dsn, waiters=2) as lock:
+        time.sleep(1.5)  # the server log's "still waiting" lines (log_lock_waits, deadlock_timeout 1 s)
+        answers = _ask_all(world)
+    _expect(answers, ("postgresql", "row_lock_contention"))
+    for q, r in answers:
+        # The blocker's own record: a row whose subject (pid) is the holder, not a waiter's row.
+        own = [c for c in _cited(r) if f'"pid":{lock.holder_pid},' in c["excerpt"] and '"blocking_pids":[' + str(lock.holder_pid) not in c["excerpt"]]
+        assert own, (q, [c["excerpt"][:200] for c in _cited(r)])
+        assert f"pid {lock.holder_pid}" in r["content"]["report"]["root_cause"]["culprit"], (q, r["content"]["report"]["root_cause"])
+
+
 def test_nginx_504s_behind_a_held_row_lock_are_traced_to_the_lock_under_every_question(world: World) -> None:
     fault = PgRowLock(world.env)
     try:
@@ -148,22 +167,6 @@ def test_nginx_504s_behind_a_held_row_lock_are_traced_to_the_lock_under_every_qu
         # The chain names nginx: its 504s are explained by the lock.
         chain = [c for c in report["claims"] if "nginx" in c["text"] and c["kind"] != "root_cause"]
         assert chain and any(cit["tool_name"] == "inspect_nginx" for c in chain for cit in c["citations"]), (q, [c["text"][:120] for c in report["claims"]])
-
-
-def test_a_held_row_lock_is_found_under_every_question(world: World) -> None:
-    dsn = world.env.superuser_dsn()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS merchant_balances (merchant_id int PRIMARY KEY, pending_cents bigint NOT NULL)")
-        conn.execute("INSERT INTO merchant_balances VALUES (4471, 0), (4472, 0) ON CONFLICT DO NOTHING")
-    with row_lock(dsn, waiters=2) as lock:
-        time.sleep(1.5)  # the server log's "still waiting" lines (log_lock_waits, deadlock_timeout 1 s)
-        answers = _ask_all(world)
-    _expect(answers, ("postgresql", "row_lock_contention"))
-    for q, r in answers:
-        # The blocker's own record: a row whose subject (pid) is the holder, not a waiter's row.
-        own = [c for c in _cited(r) if f'"pid":{lock.holder_pid},' in c["excerpt"] and '"blocking_pids":[' + str(lock.holder_pid) not in c["excerpt"]]
-        assert own, (q, [c["excerpt"][:200] for c in _cited(r)])
-        assert f"pid {lock.holder_pid}" in r["content"]["report"]["root_cause"]["culprit"], (q, r["content"]["report"]["root_cause"])
 
 
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from rootproof.kb.cards import Hypothesis, Signal
 from rootproof.diagnosis.state import CONTEXT_WEIGHT, ROOT_THRESHOLD, PlannerState, _record
 from rootproof.kb.cards import Card, Hypothesis
+from rootproof.kb.signals import row_of
 
 __all__ = ["EVIDENCE_WEIGHT", "shown_by_evidence", "supported"]
 
@@ -111,6 +112,7 @@ def _finding_meaning(observations: list[Observation]) -> dict[tuple[str, str], t
     """(invocation id, raw path) → the mechanisms a fault's finding about a subject (a root
     blocker, a limit reached) says the ref shows."""
     out: dict[tuple[str, str], tuple[str, ...]] = {}
+    blockers: dict[str, tuple[str, ...]] = {}
     for o in observations:
         for f in o.findings:
             supports = tuple(str(k) for k in f.get("supports") or [])
@@ -119,6 +121,19 @@ def _finding_meaning(observations: list[Observation]) -> dict[tuple[str, str], t
                 continue
             for p in f.get("refs") or []:
                 out[(o.invocation_id, str(p))] = tuple(dict.fromkeys(out.get((o.invocation_id, str(p)), ()) + supports))
+            # The subject's own session rows in any PostgreSQL result (its activity row as well as
+            # its granted locks) mean the same.
+            pid = (f.get("facts") or {}).get("pid")
+            if pid is not None:
+                blockers[str(pid)] = tuple(dict.fromkeys(blockers.get(str(pid), ()) + supports))
+    for o in observations:
+        if o.tool != "inspect_postgres" or not blockers:
+            continue
+        for r in o.refs:
+            row = row_of(o.tool, str(r.get("text", ""))) if str(r.get("text", "")).startswith("{") else None
+            if isinstance(row, dict) and str(row.get("pid")) in blockers and not row.get("blocking_pids"):
+                key = (o.invocation_id, str(r.get("raw_path")))
+                out[key] = tuple(dict.fromkeys(out.get(key, ()) + blockers[str(row.get("pid"))]))
     return out
 
 

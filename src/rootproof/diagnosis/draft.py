@@ -23,6 +23,7 @@ from rootproof.tools.refs import parse_log_ref
 if TYPE_CHECKING:
     from rootproof.kb.cards import Signal
 from rootproof.diagnosis.candidates import _CARD_ID, Candidate, _distinct_first
+from rootproof.diagnosis.findings import symptoms
 from rootproof.diagnosis.state import MARGIN, PlannerState, _alert, _excerpt, _record
 from rootproof.diagnosis.wording import _is_zh, _label
 
@@ -142,8 +143,10 @@ class DraftStage(PlannerState):
             hypotheses.append({"statement": label, "component": best.component, "mechanism": best.mechanism, "status": "confirmed", "claim_ids": rc_ids + kc_ids})
             top = best.top_hits(1)
             effects = [c for c in ranked[1:] if (c.key in best.explains or c.key in self._explained) and c.own > 0 and c.key not in written_co]
+            # The chain first: the symptoms it explains (a proxy's 504s) before its other effects.
+            effects.sort(key=lambda c: c.key not in symptoms())
             for eff in effects:
-                if len(claims) >= 10:
+                if len(claims) >= (11 if eff.key in symptoms() else 10):
                     break
                 eff_hits = sorted(eff.hits, key=lambda sh: -sh[0].weight)
                 sig, hits = eff_hits[0]
