@@ -146,3 +146,8 @@ def test_the_observation_shows_findings_and_always_the_refs_they_name() -> None:
     shown = [r["raw_path"] for r in obs["refs"]]
     assert "$.rows[11]" in shown and obs["omitted"] > 0
     assert shown == sorted(shown, key=lambda p: int(p[7:-1]))  # result order kept
+
+
+def test_found_no_match_is_never_read_as_a_finding() -> None:
+    text = "inspect_nginx found no match for query '\"upstream timed out (110: Connection timed out)\"'"
+    assert analyze("inspect_nginx", "error_log", {}, [Ref("$.no_evidence", text)]) == []

@@ -23,7 +23,7 @@ from rootproof.tools.refs import parse_log_ref
 if TYPE_CHECKING:
     from rootproof.kb.cards import Signal
 from rootproof.diagnosis.candidates import _CARD_ID, Candidate, _distinct_first
-from rootproof.diagnosis.findings import symptoms
+from rootproof.diagnosis.findings import explains, symptoms
 from rootproof.diagnosis.state import MARGIN, PlannerState, _alert, _excerpt, _record
 from rootproof.diagnosis.wording import _is_zh, _label
 
@@ -160,6 +160,20 @@ class DraftStage(PlannerState):
                 cid = add_claim(text, "finding", cits[:6] + cause)
                 # As a root cause it is ruled out: what it shows is a consequence of the root cause.
                 hypotheses.append({"statement": f"{elabel} ({'由 ' + label + ' 引起，不是根因' if zh else 'explained by ' + label + ', not the root cause'})", "component": eff.component, "mechanism": eff.mechanism, "status": "explained", "claim_ids": [cid]})
+            # A symptom an analyzer read (a proxy's timeouts per upstream) that the root cause can
+            # explain is stated in the chain too, citing its own lines and the cause's evidence.
+            written_effects = {c.key for c in effects}
+            for key, hits in self._symptom_findings(observations):
+                if len(claims) >= 11 or key in written_effects or key == best.key or not explains(best.key, key):
+                    continue
+                written_effects.add(key)
+                comp, _, mech = key.partition("/")
+                elabel = _label(comp, mech, zh)
+                ex = _excerpt(hits[0].text, [])
+                cause = [cite(h, signal_strings(sg)) for sg, hs in ordered if sg.discriminating for h in hs[:1]][:2]
+                text = f"{elabel} 是 {label} 的结果：“{ex}”" if zh else f"{elabel} is a consequence of {label}: \"{ex}\""
+                cid = add_claim(text, "finding", [cite(h, []) for h in hits[:3]] + cause)
+                hypotheses.append({"statement": f"{elabel} ({'由 ' + label + ' 引起，不是根因' if zh else 'explained by ' + label + ', not the root cause'})", "component": comp, "mechanism": mech, "status": "explained", "claim_ids": [cid]})
             # An alternative with a discriminating signal seen is not ruled out: it stays open.
             alternatives = [c for c in ranked[1:] if c.key not in written_co and (c.seen + MARGIN <= best.seen or c.against) and c not in effects and not any(s.discriminating for s, _ in c.hits)]
             # The alternatives its cards name are answered first.
@@ -446,6 +460,25 @@ class DraftStage(PlannerState):
 
             return max(hits, key=value)
         return None
+
+    @staticmethod
+    def _symptom_findings(observations: list[Observation]) -> list[tuple[str, list[Hit]]]:
+        """(symptom `component/mechanism`, the refs its findings name as hits), per symptom."""
+        out: dict[str, list[Hit]] = {}
+        for o in observations:
+            if not o.ready:
+                continue
+            by_path = {str(r.get("raw_path")): r for r in o.refs}
+            for f in o.findings:
+                if not f.get("symptom"):
+                    continue
+                for key in f.get("supports") or []:
+                    out.setdefault(str(key), []).extend(
+                        Hit(invocation_id=o.invocation_id, tool=o.tool, raw_path=p, text=str(by_path[p].get("text", "")), data_source=str(by_path[p].get("data_source") or o.data_source), kind=o.kind, spans=ref_spans(by_path[p]))
+                        for p in f.get("refs") or []
+                        if p in by_path
+                    )
+        return [(k, v) for k, v in out.items() if v]
 
     @staticmethod
     def _findings(key: str, observations: list[Observation]) -> list[tuple[dict[str, Any], list[Hit]]]:

@@ -154,10 +154,21 @@ def _user_vocabulary(path: Path) -> dict[str, Any]:
     for name, body in found.items():
         if not isinstance(body, dict) or not isinstance(body.get("supports", []), list):
             raise VocabularyError(f"{path}: findings.{name}: expected a mapping with a list `supports`")
+        for label in body.get("supports") or []:
+            if not _known_label(str(label)):
+                raise VocabularyError(f"{path}: findings.{name}.supports: unknown component/mechanism {label!r} (docs/taxonomy.md)")
     sym = doc.get("symptoms") or {}
     if not isinstance(sym, dict) or not all(isinstance(v, list) for v in sym.values()):
         raise VocabularyError(f"{path}: symptoms: expected a mapping of component/mechanism → list of what can explain it")
     return doc
+
+
+def _known_label(label: str) -> bool:
+    """`component/mechanism` of the taxonomy (either part may be a namespaced label a card adds)."""
+    from rootproof.taxonomy import COMPONENTS, MECHANISMS, is_namespaced
+
+    comp, sep, mech = label.partition("/")
+    return bool(sep) and (comp in COMPONENTS or is_namespaced(comp)) and (mech in MECHANISMS or is_namespaced(mech))
 
 
 def entry(code: str) -> dict[str, Any]:
@@ -180,6 +191,8 @@ def analyze(tool: str, kind: str | None, result: dict[str, Any], refs: list[Ref]
     """Every finding of the analyzers of `tool` on one call's whole result and refs (bounded)."""
     from rootproof.diagnosis.analyzers import ANALYZERS
 
+    # "Found no match" is never read as evidence of anything (its text repeats the query's words).
+    refs = [r for r in refs if r.path != "$.no_evidence"]
     out: list[Finding] = []
     for analyzer in ANALYZERS.get(tool, ()):
         out.extend(analyzer(kind, result, refs))
