@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -94,7 +95,7 @@ def _cited(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _expect(answers: list[tuple[str, dict[str, Any]]], expected: tuple[str, str]) -> None:
-    wrong = [(q, r.get("release_outcome"), _root(r)) for q, r in answers if r.get("release_outcome") != "PUBLISHED" or _root(r) != expected]
+    wrong = [(q, r.get("release_outcome"), _root(r), (r.get("content") or {}).get("fallback")) for q, r in answers if r.get("release_outcome") != "PUBLISHED" or _root(r) != expected]
     assert not wrong, f"expected {expected} under every question; got: {wrong}"
 
 
@@ -153,12 +154,26 @@ def test_a_held_row_lock_is_found_under_every_question(world: World) -> None:
 
 def test_nginx_504s_behind_a_held_row_lock_are_traced_to_the_lock_under_every_question(world: World) -> None:
     fault = PgRowLock(world.env)
+    stop = threading.Event()
+
+    def shop(sku: str) -> None:
+        # Customers keep ordering the locked SKUs: each order waits on the lock (504 at nginx).
+        while not stop.is_set():
+            world.env.probe(timeout_s=10.0, sku=sku)
+
+    shoppers = [threading.Thread(target=shop, args=(sku,), daemon=True) for sku in PgRowLock.skus]
     try:
         fault.inject()
         assert fault.confirm().ok  # an order of a locked SKU through nginx: 504, and a waiter blocked by the batch
+        for t in shoppers:
+            t.start()
+        time.sleep(1.0)
         answers = _ask_all(world)
     finally:
+        stop.set()
         assert all(c.ok for c in fault.cleanup())
+        for t in shoppers:
+            t.join(timeout=15)
     _expect(answers, ("postgresql", "row_lock_contention"))
     blocker = fault.facts["blocker_pid"]
     for q, r in answers:

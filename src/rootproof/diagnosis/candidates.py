@@ -28,7 +28,7 @@ from rootproof.evidence_sources import from_component
 
 if TYPE_CHECKING:
     from rootproof.kb.cards import Hypothesis, Signal
-from rootproof.diagnosis.state import CONTEXT_WEIGHT, ROOT_THRESHOLD, PlannerState, _record
+from rootproof.diagnosis.state import CONTEXT_WEIGHT, MIN_RECORDS, ROOT_THRESHOLD, PlannerState, _record
 from rootproof.kb.cards import Card, Hypothesis
 from rootproof.kb.signals import row_of
 
@@ -288,7 +288,10 @@ class CandidateStage(PlannerState):
         # record still counted once.
         by_key = {c.key: c for c in candidates}
         for c in candidates:
-            if c.strong and c.own >= ROOT_THRESHOLD:
+            # (Its own evidence must stand without a single planted line: state an analyzer read
+            # now, or discriminating evidence on two records.)
+            told = {_record(h) for s, hs in c.hits if s.discriminating for h in hs}
+            if c.strong and c.own >= ROOT_THRESHOLD and (c.finding_weight > 0 or len(told) >= MIN_RECORDS):
                 taken = set(c.records)
                 extra = 0.0
                 for e in c.explains:
