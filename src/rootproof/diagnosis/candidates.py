@@ -53,7 +53,9 @@ def shown_by_evidence(cards: dict[str, Card], observations: list[Observation], k
     if not runtime:
         return
     shown = set(known)
-    wanted = [k for k in supported(runtime) if k not in shown]
+    # A finding's mechanism brings every card's hypothesis of it (their signals, what they
+    # explain), even when the question's cards proposed it already.
+    wanted = supported(runtime)
     for key in wanted:
         for card_id in sorted(cards):
             for h in cards[card_id].hypotheses:
