@@ -86,12 +86,16 @@ class VerdictStage(PlannerState):
         # seen in its own right (GC pauses, a lock, a limit): that fault is the root cause, and the
         # symptom is what it explains.
         self._explained = set()
-        if best.key in symptoms():
+        # So does any leader a cause's cards say that cause explains (a pool's leak warnings, by
+        # the lock its requests waited on), when that cause is seen in its own right.
+        if best.key in symptoms() or any(best.key in c.explains for c in contenders if c is not best):
+            symptom = best.key in symptoms()
             faults = [
                 c
                 for c in contenders
                 if c is not best
-                and (best.key in c.explains or c.key in best.distinguishes_from or explains(c.key, best.key))
+                and c.key not in symptoms()
+                and (best.key in c.explains or (symptom and (c.key in best.distinguishes_from or explains(c.key, best.key))))
                 and clears(c)
                 and any(s.discriminating for s, _ in c.hits)
             ]

@@ -38,19 +38,13 @@ def limit_culprit(findings: list[dict[str, Any]], zh: bool) -> str | None:
                 refused.append(f"{nums['count']} {what[1] if zh else what[0]}")
     if limit is None:
         return None
-    if zh:
-        text = f"{limit[0]} {limit[1]} 已用尽"
-        if used:
-            text += f"：{used[0]} {used[1]}"
-        if policy:
-            text += f"，maxmemory_policy {policy}"
-        return text + ("；" + "；".join(refused) if refused else "")
-    text = f"{limit[0]} {limit[1]} reached"
+    reached, colon, comma, semi = ("已用尽", "：", "，", "；") if zh else (" reached", ": ", ", ", "; ")
+    text = f"{limit[0]} {limit[1]}{' ' if zh else ''}{reached}"
     if used:
-        text += f": {used[0]} {used[1]}"
+        text += f"{colon}{used[0]} {used[1]}"
     if policy:
-        text += f", maxmemory_policy {policy}"
-    return text + ("; " + "; ".join(refused) if refused else "")
+        text += f"{comma}maxmemory_policy {policy}"
+    return text + (semi + semi.join(refused) if refused else "")
 
 
 def blocker_culprit(findings: list[dict[str, Any]], zh: bool, row: dict[str, Any] | None = None) -> str | None:

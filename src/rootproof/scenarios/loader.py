@@ -262,22 +262,14 @@ def _ground_truth(doc: YamlDocument, m: GroundTruthModel, problems: list[str]) -
         form = _evidence_form(ev)
         if form is not None:
             bad(("required_evidence", i, form[0]), form[1])
-    for i, alt in enumerate(m.alternatives):
-        for j, ref in enumerate(alt.ruled_out_by):
+    # Alternatives and effects name required evidence by id.
+    named = [("alternatives", i, "ruled_out_by", a.ruled_out_by) for i, a in enumerate(m.alternatives)]
+    named += [("effects", i, "explained_by", e.explained_by) for i, e in enumerate(m.effects)]
+    for section, i, field, refs in named:
+        for j, ref in enumerate(refs):
             if ref not in ids:
                 known = ", ".join(ids) or "none defined"
-                bad(
-                    ("alternatives", i, "ruled_out_by", j),
-                    f"unknown required_evidence id {ref!r} (expected one of: {known})",
-                )
-    for i, eff in enumerate(m.effects):
-        for j, ref in enumerate(eff.explained_by):
-            if ref not in ids:
-                known = ", ".join(ids) or "none defined"
-                bad(
-                    ("effects", i, "explained_by", j),
-                    f"unknown required_evidence id {ref!r} (expected one of: {known})",
-                )
+                bad((section, i, field, j), f"unknown required_evidence id {ref!r} (expected one of: {known})")
     rc = _cause(m.root_cause) if m.root_cause is not None else None
     contributing = tuple(_cause(c) for c in m.contributing_causes)
     if contributing and (not m.fault or rc is None):
