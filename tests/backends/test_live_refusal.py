@@ -154,9 +154,11 @@ def _session_log(path: Path, now: datetime) -> Path:
     return path
 
 
+# Every default question is asked of a Redis at maxclients in tests/live/test_plain_words.py (the
+# live environment's order service in front of it); here, a Redis alone behind one session log.
 @pytest.mark.parametrize(
     "question",
-    ["Login sessions keep failing since a few minutes. What is going on?", "用户登录一直失败，帮忙看下怎么回事", *load_questions("default")],
+    ["Login sessions keep failing since a few minutes. What is going on?", "用户登录一直失败，帮忙看下怎么回事", load_questions("default")[0], load_questions("default")[-1]],
 )
 def test_a_redis_refusing_every_new_client_is_diagnosed_from_its_refusal(tmp_path: Path, question: str) -> None:
     with private_redis(maxclients=MAXCLIENTS) as server:
