@@ -104,8 +104,8 @@ def _finding_weights(key: str, observations: list[Observation]) -> list[tuple[st
             code = str(f.get("finding", ""))
             weight = float(entry(code).get("weight") or 0)
             if weight > 0 and key in (f.get("supports") or []) and code not in out:
-                texts = {str(r.get("raw_path")): str(r.get("text", "")) for r in o.refs}
-                hits = [Hit(invocation_id=o.invocation_id, tool=o.tool, raw_path=str(p), text=texts[str(p)], data_source=o.data_source, kind=o.kind) for p in f.get("refs") or [] if str(p) in texts]
+                refs = {str(r.get("raw_path")): r for r in o.refs}
+                hits = [o.hit(refs[str(p)]) for p in f.get("refs") or [] if str(p) in refs]
                 out[code] = (code, {_record(h) for h in hits}, weight)
     return list(out.values())
 

@@ -474,7 +474,7 @@ class DraftStage(PlannerState):
                     continue
                 for key in f.get("supports") or []:
                     out.setdefault(str(key), []).extend(
-                        Hit(invocation_id=o.invocation_id, tool=o.tool, raw_path=p, text=str(by_path[p].get("text", "")), data_source=str(by_path[p].get("data_source") or o.data_source), kind=o.kind, spans=ref_spans(by_path[p]))
+                        o.hit(by_path[p])
                         for p in f.get("refs") or []
                         if p in by_path
                     )
@@ -492,7 +492,7 @@ class DraftStage(PlannerState):
                 if key not in (f.get("supports") or []):
                     continue
                 hits = [
-                    Hit(invocation_id=o.invocation_id, tool=o.tool, raw_path=p, text=str(by_path[p].get("text", "")), data_source=str(by_path[p].get("data_source") or o.data_source), kind=o.kind, spans=ref_spans(by_path[p]))
+                    o.hit(by_path[p])
                     for p in f.get("refs") or []
                     if p in by_path
                 ]
@@ -514,7 +514,7 @@ class DraftStage(PlannerState):
                 row = row_of(o.tool, str(r.get("text", ""))) if str(r.get("text", "")).startswith("{") else None
                 if not isinstance(row, dict) or str(row.get("pid")) != str(pid) or row.get("blocking_pids"):
                     continue
-                hit = Hit(invocation_id=o.invocation_id, tool=o.tool, raw_path=str(r.get("raw_path")), text=str(r.get("text", "")), data_source=str(r.get("data_source") or o.data_source), kind=o.kind, spans=ref_spans(r))
+                hit = o.hit(r)
                 if o.kind == "activity":
                     return hit
                 best = best or hit

@@ -87,6 +87,18 @@ class Observation:
         """Executed and returned."""
         return self.status == "READY"
 
+    def hit(self, ref: dict[str, Any]) -> Hit:
+        """One of its refs as a `Hit` (its kind, its source, its untrusted spans)."""
+        return Hit(
+            invocation_id=self.invocation_id,
+            tool=self.tool,
+            raw_path=str(ref.get("raw_path", "")),
+            text=str(ref.get("text", "")),
+            data_source=str(ref.get("data_source") or self.data_source),
+            kind=self.kind,
+            spans=ref_spans(ref),
+        )
+
     @property
     def complete(self) -> bool:
         """READY with nothing omitted."""
