@@ -16,6 +16,7 @@ table, so what the planner confirms and what the guard accepts never drift apart
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -347,7 +348,15 @@ def names_component(
 
     `spans` are the ref's untrusted spans when the caller already computed them from the text;
     `only` tests that one component (the answer is it or nothing), for callers that need no more.
+    Short texts asked without `spans` are remembered (a planner asks again at every step).
     """
+    if spans is None and len(ref_text) <= 8192:
+        found = _names_cached(ref_text)
+        return found if only is None else found & {only}
+    return _names_component(ref_text, spans, only)
+
+
+def _names_component(ref_text: str, spans: Sequence[Sequence[int]] | None, only: str | None) -> frozenset[str]:
     log = parse_log_ref(ref_text)
     if log is not None:
         if log.level.upper() not in _SEVERE_LEVELS:
@@ -361,6 +370,11 @@ def names_component(
     if log is not None:
         text = text[len(ref_text) - len(log.message) :]
     return frozenset(c for c, pat in _CLIENT if (only is None or c == only) and pat.search(text))
+
+
+@functools.lru_cache(maxsize=8192)
+def _names_cached(ref_text: str) -> frozenset[str]:
+    return _names_component(ref_text, None, None)
 
 
 def _namespaced_word(component: str) -> re.Pattern[str]:

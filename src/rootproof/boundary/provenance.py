@@ -27,6 +27,7 @@ place at most one token outside a span.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -425,9 +426,17 @@ def record_key(text: str) -> str:
     """A ref's text without its timestamps: two refs with the same key are the same record, not two.
 
     Pids, ids and the rest of the line prefix are kept, so two lines that differ only in the time
-    they were written count once, while two processes' lines stay two.
+    they were written count once, while two processes' lines stay two. Short texts are remembered
+    (a planner asks again for the same refs at every step).
     """
+    return _record_key_cached(text) if len(text) <= 8192 else _record_key(text)
+
+
+def _record_key(text: str) -> str:
     out = text
     for pat in _TIMESTAMPS:
         out = pat.sub("<ts>", out)
     return " ".join(out.split())
+
+
+_record_key_cached = functools.lru_cache(maxsize=8192)(_record_key)

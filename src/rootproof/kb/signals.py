@@ -10,6 +10,7 @@ whose only occurrence lies inside them is no match.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,8 +26,20 @@ Spans = Iterable[Sequence[int]]
 
 
 def norm(text: str) -> str:
-    """Folded text (`fold_text`) with runs of whitespace made one space: what signals compare."""
+    """Folded text (`fold_text`) with runs of whitespace made one space: what signals compare.
+    Texts up to `NORM_CACHED_CHARS` are remembered (every signal of every card tests the same
+    refs and spellings)."""
+    return _norm_cached(text) if len(text) <= NORM_CACHED_CHARS else _norm(text)
+
+
+NORM_CACHED_CHARS = 8192
+
+
+def _norm(text: str) -> str:
     return " ".join(fold_text(text).split())
+
+
+_norm_cached = functools.lru_cache(maxsize=8192)(_norm)
 
 
 def _blank(text: str, spans: Spans) -> str:

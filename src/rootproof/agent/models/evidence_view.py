@@ -10,6 +10,8 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -271,6 +273,59 @@ def uncovered_metric_names(sig: Signal, observations: list[Observation]) -> list
     return [n for n in metric_names_to_check(sig, observations) if not any(_covers_metric(o, n) for o in observations)]
 
 
+_MEMO_SIZE = 65536
+"""(invocation, signal) pairs whose test `_observation_hits` remembers (a run's planner tests
+the same pairs at every step: the observations of earlier steps do not change)."""
+_memo: OrderedDict[tuple[str, int, str | None, int], tuple[Signal, bool, tuple[Hit, ...]]] = OrderedDict()
+_memo_lock = threading.Lock()
+
+
+def _observation_hits(sig: Signal, obs: Observation) -> tuple[bool, tuple[Hit, ...]]:
+    """(covers, hits) of one signal on one READY observation of its tool and kind, remembered
+    per invocation (ids are unique per call; the signal object itself is checked, not only its id)."""
+    key = (obs.invocation_id, id(sig), obs.kind, len(obs.refs))
+    if obs.invocation_id:
+        with _memo_lock:
+            got = _memo.get(key)
+            if got is not None and got[0] is sig:
+                _memo.move_to_end(key)
+                return got[1], got[2]
+    covers = sig.tool != "query_metrics" and _covers(obs, sig)
+    # The rows of the whole result, for conditions on a row's share of its column (only when
+    # nothing was omitted: a share of what was shown would be a guess).
+    table = _table(obs) if sig.where and obs.complete else None
+    hits: list[Hit] = []
+    seen: set[str] = set()
+    for ref in obs.refs:
+        path, text = str(ref.get("raw_path", "")), str(ref.get("text", ""))
+        if path == "$.no_evidence" or path in seen:
+            continue
+        # Text that reads as instructions to an AI is never evidence of a mechanism.
+        if ref.get("instruction_like"):
+            continue
+        spans = ref_spans(ref)
+        if ref_matches(sig, obs.tool, obs.kind, path, text, spans, table):
+            seen.add(path)
+            hits.append(
+                Hit(
+                    invocation_id=obs.invocation_id,
+                    tool=obs.tool,
+                    raw_path=path,
+                    text=text,
+                    data_source=str(ref.get("data_source", obs.data_source)),
+                    kind=obs.kind,
+                    spans=spans,
+                )
+            )
+    out = (covers, tuple(hits))
+    if obs.invocation_id:
+        with _memo_lock:
+            _memo[key] = (sig, *out)
+            if len(_memo) > _MEMO_SIZE:
+                _memo.popitem(last=False)
+    return out
+
+
 def evaluate_signal(sig: Signal, observations: list[Observation]) -> tuple[bool, list[Hit]]:
     """(observable, hits): observable when some observation covers the signal (for a metric, each
     of its names spelled as this environment spells them); hits are refs that pass."""
@@ -285,32 +340,12 @@ def evaluate_signal(sig: Signal, observations: list[Observation]) -> tuple[bool,
             continue
         if sig.kind is not None and obs.kind != sig.kind:
             continue
-        if sig.tool != "query_metrics" and _covers(obs, sig):
-            observable = True
-        # The rows of the whole result, for conditions on a row's share of its column (only when
-        # nothing was omitted: a share of what was shown would be a guess).
-        table = _table(obs) if sig.where and obs.complete else None
-        for ref in obs.refs:
-            path, text = str(ref.get("raw_path", "")), str(ref.get("text", ""))
-            if path == "$.no_evidence" or (obs.invocation_id, path) in seen:
-                continue
-            # Text that reads as instructions to an AI is never evidence of a mechanism.
-            if ref.get("instruction_like"):
-                continue
-            spans = ref_spans(ref)
-            if ref_matches(sig, obs.tool, obs.kind, path, text, spans, table):
-                seen.add((obs.invocation_id, path))
-                hits.append(
-                    Hit(
-                        invocation_id=obs.invocation_id,
-                        tool=obs.tool,
-                        raw_path=path,
-                        text=text,
-                        data_source=str(ref.get("data_source", obs.data_source)),
-                        kind=obs.kind,
-                        spans=spans,
-                    )
-                )
+        covers, found = _observation_hits(sig, obs)
+        observable = observable or covers
+        for one in found:
+            if one.key not in seen:
+                seen.add(one.key)
+                hits.append(one)
     if hits and sig.any_:
         # Put first one hit for each alternative string, so the first few cited refs show every
         # form of the signal that occurred (e.g. both "connect() failed" and "no live upstreams").
