@@ -6,6 +6,7 @@ vocabulary a user overrides; what the model's observation shows of them."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -151,3 +152,41 @@ def test_the_observation_shows_findings_and_always_the_refs_they_name() -> None:
 def test_found_no_match_is_never_read_as_a_finding() -> None:
     text = "inspect_nginx found no match for query '\"upstream timed out (110: Connection timed out)\"'"
     assert analyze("inspect_nginx", "error_log", {}, [Ref("$.no_evidence", text)]) == []
+
+
+def _server_log(path: Path) -> list[Ref]:
+    """A real server log as `inspect_postgres kind=log` returns it: one ref per record (its
+    LOG, DETAIL, CONTEXT and STATEMENT lines together)."""
+    from rootproof.backends.live.postgres_log import parse_records
+
+    return [Ref(f"$.lines[{i}]", r.text) for i, r in enumerate(parse_records(path.read_text(encoding="utf-8")))]
+
+
+def test_the_server_log_names_the_root_holder_of_logged_lock_waits(shared_data: Path) -> None:
+    refs = _server_log(shared_data / "real-logs" / "postgresql-row-lock-queue.log")
+    found = {f.code: f for f in analyze("inspect_postgres", "log", {}, refs)}
+    waits = found["postgresql.lock_waits_logged"]
+    assert waits.supports == ("postgresql/row_lock_contention",)
+    holders = {int(p) for r in refs for p in re.findall(r"Process holding the lock: (\d+)", r.text)}
+    waiters = {int(p) for r in refs for p in re.findall(r"process (\d+) still waiting", r.text)}
+    root = waits.facts["pid"]
+    assert root in holders and root not in waiters  # the root holds and waits on no one in the log
+    assert all(f"Process holding the lock: {root}" in next(r.text for r in refs if r.path == p) for p in waits.refs)
+
+
+def test_deadlocks_and_refused_connections_in_the_server_log(shared_data: Path) -> None:
+    dead = {f.code: f for f in analyze("inspect_postgres", "log", {}, _server_log(shared_data / "real-logs" / "postgresql-deadlock.log"))}
+    assert dead["postgresql.deadlocks"].supports == ("postgresql/deadlock",) and dead["postgresql.deadlocks"].numbers["count"] >= 1
+    full = {f.code: f for f in analyze("inspect_postgres", "log", {}, _server_log(shared_data / "real-logs" / "postgresql-too-many-connections.log"))}
+    assert full["postgresql.connections_refused"].supports == ("postgresql/connection_exhaustion",)
+
+
+def test_lock_words_inside_a_statement_an_outsider_wrote_are_no_finding() -> None:
+    text = (
+        "2026-12-02 04:28:02.464 UTC [21228] app@orders LOG:  duration: 3.1 ms\n"
+        "2026-12-02 04:28:02.464 UTC [21228] app@orders STATEMENT:  SELECT 'process 1 still waiting for ShareLock on transaction 9 after 1000.1 ms "
+        "Process holding the lock: 7. deadlock detected'"
+    )
+    start = text.index("'process")
+    refs = [Ref(f"$.lines[{i}]", text, ((start, len(text)),)) for i in range(3)]
+    assert analyze("inspect_postgres", "log", {}, refs) == []

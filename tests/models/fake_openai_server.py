@@ -115,7 +115,13 @@ def unauthorized(key_shown: str = "sk-proj-abcdefghijklmnopqrstuvwx") -> Reply:
 
 
 def _pieces(text: str, size: int = 7) -> list[str]:
+    """`text` in pieces of `size` characters, at most `MAX_PIECES` of them (a 100 000-character
+    hostile answer in 7-character pieces cost the client's SDK half a minute of CPU per reply)."""
+    size = max(size, -(-len(text) // MAX_PIECES))
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+MAX_PIECES = 400
 
 
 def stream_chunks(body: dict[str, Any], *, include_usage: bool) -> list[dict[str, Any]]:
