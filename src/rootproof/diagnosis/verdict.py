@@ -32,13 +32,17 @@ class VerdictStage(PlannerState):
             missing.append((f"no evidence from {c.component} itself or a client error naming it", f"没有来自 {c.component} 本身或点名它的客户端错误的证据"))
         alts = [a for a in c.distinguishes_from if a in by_key]
         alt_signals = [s for a in alts for s in by_key[a].signals]
-        shared = bool(hits) and bool(c.distinguishes_from) and not any(s.discriminating for s, _ in scored)
+        # An analyzer's finding of weight 2 or more (a blocking tree, a limit reached, statements
+        # cancelled while they waited for a row lock) reads the server's state for this mechanism
+        # alone: it tells the hypothesis apart as a discriminating signal does.
+        told = c.finding_weight >= 2 or any(s.discriminating for s, _ in scored)
+        shared = bool(hits) and bool(c.distinguishes_from) and not told
         if shared:
             shared = all(any(ref_matches(a, h.tool, h.kind, h.raw_path, h.text, h.spans) for a in alt_signals) for h in hits)
         if shared:
             names = ", ".join(a.replace("/", " ") for a in alts if any(ref_matches(s, h.tool, h.kind, h.raw_path, h.text, h.spans) for s in by_key[a].signals for h in hits))
             missing.append((f"every signal seen is shared with {names}; none tells it apart", f"所见信号均与 {names} 共有，没有能区分它们的信号"))
-        elif hits and not any(s.discriminating for s, _ in scored):
+        elif hits and not told:
             # A symptom (an exhausted pool's timeouts) is never enough while a discriminating
             # signal of a cause it is told apart from, or that explains it, is seen (an unknown host).
             rivals = [k for k in (*alts, *(o.key for o in by_key.values() if c.key in o.explains)) if k != c.key]
