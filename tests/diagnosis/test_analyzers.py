@@ -190,3 +190,24 @@ def test_lock_words_inside_a_statement_an_outsider_wrote_are_no_finding() -> Non
     start = text.index("'process")
     refs = [Ref(f"$.lines[{i}]", text, ((start, len(text)),)) for i in range(3)]
     assert analyze("inspect_postgres", "log", {}, refs) == []
+
+
+def test_a_statement_running_long_is_named_with_its_session_and_a_lock_wait_is_not() -> None:
+    refs = [
+        _row(0, pid=71, state="active", wait_event_type="IO", backend_type="client backend", query_age_s=95.2, application_name="report-job", query="SELECT * FROM orders o JOIN items i ON true"),
+        _row(1, pid=72, state="active", wait_event_type="Lock", backend_type="client backend", query_age_s=300.0, query="UPDATE inventory SET stock = stock - 1"),
+        _row(2, pid=73, state="active", backend_type="client backend", query_age_s=0.4, query="SELECT 1"),
+    ]
+    (found,) = [f for f in analyze("inspect_postgres", "activity", {}, refs) if f.code == "postgresql.long_statements"]
+    assert found.refs == ("$.rows[0]",) and found.subject == "pid 71" and found.facts["application_name"] == "report-job"
+    assert found.supports == ("postgresql/slow_query",) and found.numbers["age_s"] == 95.2
+
+
+def test_a_standby_behind_by_time_or_wal_is_replication_lag() -> None:
+    primary = [_row(0, application_name="replica-a", state="streaming", replay_lag="00:02:05.5", replay_lag_bytes=1024), _row(1, application_name="replica-b", state="streaming", replay_lag="00:00:00.2", replay_lag_bytes=0)]
+    (found,) = analyze("inspect_postgres", "replication", {}, primary)
+    assert found.code == "postgresql.replication_lag" and found.refs == ("$.rows[0]",) and found.numbers["lag_s"] == 125.5
+    assert found.supports == ("postgresql/replication_lag",)
+    standby = [_row(0, server_role="standby", state="streaming", replay_lag=2.0, replay_lag_bytes=900_000_000)]
+    assert _codes(analyze("inspect_postgres", "replication", {}, standby)) == ["postgresql.replication_lag"]
+    assert analyze("inspect_postgres", "replication", {}, [_row(0, replay_lag="1 day 00:00:00", application_name="x")])[0].numbers["lag_s"] == 86400.0

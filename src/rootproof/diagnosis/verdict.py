@@ -46,9 +46,9 @@ class VerdictStage(PlannerState):
             # A symptom (an exhausted pool's timeouts) is never enough while a discriminating
             # signal of a cause it is told apart from, or that explains it, is seen (an unknown host).
             rivals = [k for k in (*alts, *(o.key for o in by_key.values() if c.key in o.explains)) if k != c.key]
-            told = [k for k in dict.fromkeys(rivals) if any(s.discriminating and s.weight >= CONTEXT_WEIGHT for s, _ in by_key[k].hits)]
-            if told:
-                names = ", ".join(k.replace("/", " ") for k in told)
+            seen_apart = [k for k in dict.fromkeys(rivals) if any(s.discriminating and s.weight >= CONTEXT_WEIGHT for s, _ in by_key[k].hits)]
+            if seen_apart:
+                names = ", ".join(k.replace("/", " ") for k in seen_apart)
                 missing.append((f"a discriminating signal of {names} is seen and none of its own", f"已见 {names} 的区分信号，而没有它自己的区分信号"))
                 shared = True
         return missing, shared

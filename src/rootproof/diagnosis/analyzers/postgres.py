@@ -169,3 +169,94 @@ def sessions(kind: str | None, result: dict[str, Any], refs: list[Ref]) -> list[
             subject=f"pid {idle[0][1].get('pid')}",
         )
     ]
+
+
+def long_statements(kind: str | None, result: dict[str, Any], refs: list[Ref]) -> list[Finding]:
+    """Statements running for `age_s` or more (`active`, not waiting on a lock: a lock wait is
+    the blocking tree's), the longest first: what a slow plan or a runaway job looks like now."""
+    if kind not in (None, "activity"):
+        return []
+    limit_s = threshold("postgresql.long_statements", "age_s", 30.0)
+    rows = [
+        (p, r)
+        for p, r in _rows(refs)
+        if str(r.get("state") or "") == "active"
+        and str(r.get("wait_event_type") or "") != "Lock"
+        and str(r.get("backend_type") or "client backend") == "client backend"
+        and isinstance(r.get("query_age_s"), int | float)
+        and float(r["query_age_s"]) >= limit_s
+    ]
+    if not rows:
+        return []
+    rows.sort(key=lambda pr: -float(pr[1]["query_age_s"]))
+    top = rows[0][1]
+    return [
+        Finding(
+            code="postgresql.long_statements",
+            text=f"{len(rows)} statement(s) running for {limit_s:g} s or more; the longest: {describe(top)}, running {float(top['query_age_s']):g} s",
+            refs=tuple(p for p, _ in rows[:MAX_LISTED]),
+            numbers={"count": len(rows), "age_s": float(top["query_age_s"])},
+            subject=f"pid {top.get('pid')}",
+            facts={k: top[k] for k in FACTS if top.get(k) not in (None, "")},
+        )
+    ]
+
+
+def replication_lag(kind: str | None, result: dict[str, Any], refs: list[Ref]) -> list[Finding]:
+    """A standby behind its primary by `lag_s` seconds of replay or `lag_bytes` of WAL (on a
+    primary, per standby; on a standby, its own receiver)."""
+    if kind != "replication":
+        return []
+    max_s = threshold("postgresql.replication_lag", "lag_s", 30.0)
+    max_bytes = threshold("postgresql.replication_lag", "lag_bytes", 256 * 1024 * 1024)
+    behind: list[tuple[str, dict[str, Any], float | None, float | None]] = []
+    for p, r in _rows(refs):
+        seconds = _seconds(r.get("replay_lag"))
+        size = r.get("replay_lag_bytes")
+        size_f = float(size) if isinstance(size, int | float) and not isinstance(size, bool) else None
+        if (seconds is not None and seconds >= max_s) or (size_f is not None and size_f >= max_bytes):
+            behind.append((p, r, seconds, size_f))
+    if not behind:
+        return []
+    behind.sort(key=lambda b: -((b[2] or 0.0) + (b[3] or 0.0) / max_bytes * max_s))
+    p, r, seconds, size_f = behind[0]
+    who = r.get("application_name") or r.get("sender_host") or r.get("client_addr") or f"pid {r.get('pid')}"
+    numbers: dict[str, float | int | str] = {"standbys": len(behind)}
+    if seconds is not None:
+        numbers["lag_s"] = seconds
+    if size_f is not None:
+        numbers["lag_bytes"] = size_f
+    return [
+        Finding(
+            code="postgresql.replication_lag",
+            text=f"{len(behind)} standby(s) behind: {who} replay lag {seconds if seconds is not None else 'unknown'} s, {size_f if size_f is not None else 'unknown'} bytes of WAL (state {r.get('state')})",
+            refs=tuple(q for q, *_ in behind[:MAX_LISTED]),
+            numbers=numbers,
+            subject=str(who),
+        )
+    ]
+
+
+def _seconds(v: Any) -> float | None:
+    """A lag in seconds: a number, or an interval as text (`00:01:02.5`, `1 day 02:00:00`)."""
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return float(v)
+    if not isinstance(v, str) or not v.strip():
+        return None
+    text, days = v.strip(), 0.0
+    if "day" in text:
+        head, _, text = text.partition("day")
+        text = text.lstrip("s ").strip()
+        try:
+            days = float(head.strip())
+        except ValueError:
+            return None
+    parts = text.split(":") if text else ["0"]
+    try:
+        nums = [float(x) for x in parts]
+    except ValueError:
+        return None
+    total = 0.0
+    for n in nums:
+        total = total * 60 + n
+    return days * 86400 + total
