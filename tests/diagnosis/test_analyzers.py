@@ -211,3 +211,17 @@ def test_a_standby_behind_by_time_or_wal_is_replication_lag() -> None:
     standby = [_row(0, server_role="standby", state="streaming", replay_lag=2.0, replay_lag_bytes=900_000_000)]
     assert _codes(analyze("inspect_postgres", "replication", {}, standby)) == ["postgresql.replication_lag"]
     assert analyze("inspect_postgres", "replication", {}, [_row(0, replay_lag="1 day 00:00:00", application_name="x")])[0].numbers["lag_s"] == 86400.0
+
+
+def test_504s_after_the_same_upstream_time_show_the_read_timeout_nginx_applied(shared_data: Path) -> None:
+    lines = (shared_data / "real-logs" / "nginx-upstream-timeout.access.log").read_text(encoding="utf-8").splitlines()
+    (found,) = analyze("inspect_nginx", "access_log", {}, [Ref(f"$.lines[{i}]", t) for i, t in enumerate(lines)])
+    assert found.code == "nginx.upstream_response_times" and found.as_dict()["symptom"] is True
+    assert all(" 504 " in lines[int(p[len("$.lines[") : -1])] for p in found.refs)
+    assert 0.9 <= float(found.numbers["timeout_s"]) <= 1.1  # proxy_read_timeout 1s in that capture
+
+
+def test_a_504_inside_a_request_line_an_outsider_wrote_is_no_finding() -> None:
+    text = '127.0.0.1 - - [30/Nov/2026:07:08:33 +0000] "GET /x?a=\\" 504 1 urt=9.0 HTTP/1.1" 200 12 "-" "curl" rt=0.001 urt=0.001 us=200'
+    start, end = text.index("/x?a="), text.index(' HTTP/1.1"')
+    assert analyze("inspect_nginx", "access_log", {}, [Ref("$.lines[0]", text, ((start, end),))]) == []

@@ -13,7 +13,15 @@ from rootproof.kb.signals import ref_matches
 if TYPE_CHECKING:
     pass
 from rootproof.diagnosis.candidates import Candidate, _from_component
-from rootproof.diagnosis.state import CONTEXT_WEIGHT, MARGIN, MIN_RECORDS, ROOT_THRESHOLD, PlannerState
+from rootproof.diagnosis.state import (
+    CONTEXT_WEIGHT,
+    MARGIN,
+    MIN_RECORDS,
+    ROOT_THRESHOLD,
+    PlannerState,
+    _record,
+)
+from rootproof.evidence_sources import observes
 
 
 class VerdictStage(PlannerState):
@@ -52,6 +60,16 @@ class VerdictStage(PlannerState):
                 missing.append((f"a discriminating signal of {names} is seen and none of its own", f"已见 {names} 的区分信号，而没有它自己的区分信号"))
                 shared = True
         return missing, shared
+
+    @staticmethod
+    def _own_ground(c: Candidate) -> bool:
+        """Whether `c` is seen in its own right, enough to take the lead from what it explains: state
+        an analyzer read (a finding with a weight), or discriminating evidence on two records from
+        a source that observes its component (not one line in another service's log)."""
+        if c.finding_weight > 0:
+            return True
+        own = {_record(h) for s, hs in c.hits if s.discriminating and s.weight >= CONTEXT_WEIGHT for h in hs if observes(c.component, h.tool, h.kind, h.text)}
+        return len(own) >= MIN_RECORDS
 
     @staticmethod
     def _independent(a: Candidate, b: Candidate) -> bool:
@@ -102,6 +120,7 @@ class VerdictStage(PlannerState):
                 and (best.key in c.explains or (symptom and (c.key in best.distinguishes_from or explains(c.key, best.key))))
                 and clears(c)
                 and any(s.discriminating for s, _ in c.hits)
+                and self._own_ground(c)
             ]
             if faults:
                 self._explained.add(best.key)
