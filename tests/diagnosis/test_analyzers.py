@@ -225,3 +225,16 @@ def test_a_504_inside_a_request_line_an_outsider_wrote_is_no_finding() -> None:
     text = '127.0.0.1 - - [30/Nov/2026:07:08:33 +0000] "GET /x?a=\\" 504 1 urt=9.0 HTTP/1.1" 200 12 "-" "curl" rt=0.001 urt=0.001 us=200'
     start, end = text.index("/x?a="), text.index(' HTTP/1.1"')
     assert analyze("inspect_nginx", "access_log", {}, [Ref("$.lines[0]", text, ((start, end),))]) == []
+
+
+def test_free_space_is_read_as_a_time_to_exhaustion_not_a_slope_alone() -> None:
+    hour = 3600
+    falling_slowly = {"metric": "FreeStorageSpace", "points": [[i * 600, 82e9 - i * 1e8] for i in range(12)]}
+    falling_fast = {"metric": "node_filesystem_avail_bytes", "points": [[i * 600, 6e9 - i * 5e8] for i in range(12)]}
+    result = {"series": [falling_slowly, falling_fast]}
+    refs = [Ref("$.series[0]", "FreeStorageSpace first=82e9"), Ref("$.series[1]", "node_filesystem_avail_bytes first=6e9")]
+    found = {f.refs[0]: f for f in analyze("query_metrics", None, result, refs)}
+    slow, fast = found["$.series[0]"], found["$.series[1]"]
+    assert slow.code == "metrics.capacity_left" and float(slow.numbers["exhausted_in_s"]) > 100 * hour
+    assert fast.code == "metrics.capacity_running_out" and float(fast.numbers["exhausted_in_s"]) < 2 * hour
+    assert slow.supports == () and fast.supports == ()
