@@ -73,7 +73,7 @@ class Settings(BaseSettings):
     """Semantic judge: deterministic offline judge (default) or the configured model."""
     max_model_calls: int = Field(default=8, ge=1, le=100)
     """Agent model calls per run."""
-    max_tool_calls: int = Field(default=12, ge=1, le=200)
+    max_tool_calls: int = Field(default=16, ge=1, le=200)
     """Executed tool calls per run."""
     max_calls_per_tool: int = Field(default=4, ge=1, le=100)
     """Executed calls of one tool per run."""

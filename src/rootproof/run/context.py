@@ -36,7 +36,7 @@ class RunBudget:
 
     model_calls: int = 8
     """Agent model calls."""
-    tool_calls: int = 12
+    tool_calls: int = 16
     """Executed tool calls (refused calls do not count)."""
     calls_per_tool: int = 4
     """Executed calls of one tool."""
