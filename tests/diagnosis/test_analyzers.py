@@ -131,6 +131,10 @@ def test_a_user_vocabulary_replaces_entries_and_a_bad_one_names_the_key(tmp_path
     bad.write_text("findings:\n  redis.clients_at_limit: {supports: redis}\n", encoding="utf-8")
     with pytest.raises(VocabularyError, match=r"findings\.redis\.clients_at_limit"):
         use_vocabulary(bad)
+    words = tmp_path / "words.yaml"
+    words.write_text("findings:\n  postgresql.lock_wait_cancelled: {supports: [], contexts: 5}\n", encoding="utf-8")
+    with pytest.raises(VocabularyError, match=r"findings\.postgresql\.lock_wait_cancelled\.contexts: expected a list of strings"):
+        use_vocabulary(words)
 
 
 def test_the_observation_shows_findings_and_always_the_refs_they_name() -> None:

@@ -154,6 +154,9 @@ def _user_vocabulary(path: Path) -> dict[str, Any]:
     for name, body in found.items():
         if not isinstance(body, dict) or not isinstance(body.get("supports", []), list):
             raise VocabularyError(f"{path}: findings.{name}: expected a mapping with a list `supports`")
+        for words in ("phrases", "contexts"):
+            if words in body and not (isinstance(body[words], list) and all(isinstance(w, str) for w in body[words])):
+                raise VocabularyError(f"{path}: findings.{name}.{words}: expected a list of strings")
         for label in body.get("supports") or []:
             if not _known_label(str(label)):
                 raise VocabularyError(f"{path}: findings.{name}.supports: unknown component/mechanism {label!r} (docs/taxonomy.md)")
