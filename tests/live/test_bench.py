@@ -23,6 +23,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,6 +58,21 @@ def root() -> Iterator[Path]:
     for run in list_runs(path):  # whatever a failed test left
         cli("live", "down", run.run_id, root=path)
     remove_root(path)
+
+
+def _why(settings: Any, case: Any) -> str:
+    """A failed case's reasons with what its run concluded and called (the report's limitations
+    say why no root cause was confirmed)."""
+    trace = SqlTraceStore(settings.resolved_database_url()).trace(str(case.run_id)) or {}
+    run = trace.get("run") or {}
+    content = run.get("content") if isinstance(run.get("content"), dict) else {}
+    report = content.get("report") if isinstance(content.get("report"), dict) else {}
+    calls = [
+        f"{i.get('tool_name')}({i.get('input_params', {}).get('kind', '')}) {i.get('status')}"
+        + (f" {i.get('refusal_code')} {i.get('duration_ms')} ms: {i.get('message') or i.get('error_message')}" if i.get("refusal_code") else "")
+        for i in trace.get("invocations") or []
+    ]
+    return f"{case.failure_reasons}; limitations: {report.get('limitations')}; calls: {calls}"
 
 
 @pytest.mark.serial  # the fault's timing margins: alone, after the parallel part (under the suite's load its 504s came too late)
@@ -98,9 +114,7 @@ def test_one_scenario_runs_every_phase_scores_audits_and_persists(root: Path, re
         assert case.audit["other_runs"] == [other_id] and case.audit["touched_other_runs"] == []
         assert all(is_running(r) for r in other_records.values())
         assert "scope_isolation" not in case.hard_gates and "ground_truth_read" not in case.hard_gates
-        assert case.root_cause == {"component": "nginx", "mechanism": "upstream_timeout"}, (
-            case.failure_reasons
-        )
+        assert case.root_cause == {"component": "nginx", "mechanism": "upstream_timeout"}, _why(settings, case)
         assert (
             case.recovery_dict()["executed"] is False and case.recovery_dict()["contract"] == "proposal_only"
         )

@@ -149,6 +149,23 @@ STATEMENT_TIMEOUT_BOOT = "SELECT boot_val AS value FROM pg_settings WHERE name =
 
 _AGE = "round(EXTRACT(EPOCH FROM (clock_timestamp() - {col}))::numeric, 3)"
 
+AUXILIARY = (
+    "checkpointer",
+    "background writer",
+    "walwriter",
+    "autovacuum launcher",
+    "logical replication launcher",
+    "archiver",
+    "startup",
+    "walreceiver",
+    "walsummarizer",
+    "io worker",
+)
+"""The server's own processes (`backend_type`), left out of `kind=activity`: they run no client's
+statement, hold no row lock and use no connection slot, and their five rows on an idle server
+took half of what the agent reads of one call (autovacuum workers, walsenders and parallel
+workers stay: they do)."""
+
 ACTIVITY = f"""
 SELECT a.pid, a.usename, a.datname, a.application_name, host(a.client_addr) AS client_addr,
        a.state, a.wait_event_type, a.wait_event, a.backend_type,
@@ -160,13 +177,15 @@ SELECT a.pid, a.usename, a.datname, a.application_name, host(a.client_addr) AS c
        {_AGE.format(col="a.backend_start")} AS backend_age_s
 FROM pg_stat_activity a
 WHERE a.pid <> pg_backend_pid()
+  AND a.backend_type NOT IN ({", ".join(f"'{t}'" for t in AUXILIARY)})
 ORDER BY (a.backend_type = 'client backend') DESC,
          CASE a.state WHEN 'idle in transaction' THEN 0 WHEN 'idle in transaction (aborted)' THEN 0
                       WHEN 'active' THEN 1 WHEN 'idle' THEN 2 ELSE 3 END,
          a.xact_start NULLS LAST, a.backend_start, a.pid
 LIMIT %(cap)s
 """
-"""Every session but rootproof's own: client backends first, open transactions first."""
+"""Every session but rootproof's own and the server's auxiliary processes: client backends first,
+open transactions first."""
 
 _SAME_OBJECT = " AND ".join(
     f"g.{c} IS NOT DISTINCT FROM w.{c}"
