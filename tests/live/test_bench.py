@@ -75,7 +75,6 @@ def _why(settings: Any, case: Any) -> str:
     return f"{case.failure_reasons}; limitations: {report.get('limitations')}; calls: {calls}"
 
 
-@pytest.mark.serial  # the fault's timing margins: alone, after the parallel part (under the suite's load its 504s came too late)
 def test_one_scenario_runs_every_phase_scores_audits_and_persists(root: Path, registered: None) -> None:
     need_binaries(COMPONENTS)
     other = owner(root, "redis")  # another live run under the same root: the audit must find it untouched
