@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rootproof.kb import index
 from rootproof.kb.backend import KnowledgeBackend
 from rootproof.kb.index import KnowledgeBase, Thresholds, chunk_card
 from rootproof.tools.base import LookupKnowledgeArgs
@@ -156,9 +157,34 @@ def test_index_cache_reused_and_rebuilt_cold(tmp_path: Path) -> None:
     card = cards / "redis-maxclients.md"
     card.write_text(card.read_text(encoding="utf-8") + "\n## More\nSet a client timeout.\n", encoding="utf-8")
     third = KnowledgeBase.load([cards], builtin=False, cache_dir=cache)
-    assert not third.cache_hit and third.cards_encoded == 1 and len(list(cache.iterdir())) == n + 1
+    cards_kept = [f for f in cache.iterdir() if not f.name.startswith("queries-")]
+    assert not third.cache_hit and third.cards_encoded == 1 and len(cards_kept) == n + 1
     assert any(c.text.startswith("## More") for c in third.chunks)
     assert third.search("Redis max number of clients reached").hits[0].card_id == "redis-maxclients"
+
+
+def test_a_query_embedding_is_kept_on_disk_and_a_later_process_needs_no_encoder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "kb-index"
+    query = "Redis refuses clients: password is Kiwi-Secret-77"
+    first = KnowledgeBase.load([FIXTURES], builtin=False, cache_dir=cache)
+    want = first.card_scores(query).scores["dense"]
+    (folder,) = [f for f in cache.iterdir() if f.name.startswith("queries-")]
+    (kept,) = list(folder.iterdir())
+    assert kept.suffix == ".npy" and b"Kiwi" not in kept.read_bytes() and "Kiwi" not in kept.name
+    # A new process: nothing remembered in memory, and no encoder to load.
+    index._query_vector.cache_clear()
+    monkeypatch.setattr(index, "encode", lambda *_a, **_k: pytest.fail("the encoder was loaded"))
+    second = KnowledgeBase.load([FIXTURES], builtin=False, cache_dir=cache)
+    assert second.card_scores(query).scores["dense"] == want
+    # A damaged file is not trusted: the query is encoded again and the file rewritten.
+    index._query_vector.cache_clear()
+    kept.write_bytes(b"not an array")
+    monkeypatch.undo()
+    third = KnowledgeBase.load([FIXTURES], builtin=False, cache_dir=cache)
+    assert third.card_scores(query).scores["dense"] == pytest.approx(want)
+    assert np.load(kept).shape == (512,)
 
 
 CONTRAST_CARD = """---

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -539,7 +540,16 @@ def _describe(err: Any) -> tuple[str, str]:
 
 
 def parse_card(text: str, path: Path) -> Card:
-    """Parse and validate one card's text; `path` names it in errors."""
+    """Parse and validate one card's text; `path` names it in errors.
+
+    The same text at the same path gives the same (unchanged) `Card` object again without being
+    parsed again: every run of a process loads the knowledge base, and the YAML of its cards was
+    two fifths of a snapshot diagnosis's CPU. A malformed card is parsed (and refused) each time."""
+    return _parse_card(text, path)
+
+
+@lru_cache(maxsize=1024)
+def _parse_card(text: str, path: Path) -> Card:
     m = _FRONT.match(text.lstrip("\ufeff"))
     if not m:
         raise CardError(f"{path}: field (front matter): expected the file to start with '---', YAML, '---'")

@@ -287,9 +287,42 @@ class CardScores:
     """channel → score per chunk."""
 
 
+QUERY_VECTORS_KEPT = 4096
+"""Query embeddings kept on disk per index cache folder (2 KiB each); past that none is added."""
+
+
+def _query_folder(cache_dir: Path) -> Path:
+    return cache_dir / ("queries-" + sha256(EMBEDDING_MODEL.encode()).hexdigest()[:12])
+
+
 @lru_cache(maxsize=512)
-def _query_vector(query: str) -> FloatArray:
+def _query_vector(query: str, folder: Path | None = None) -> FloatArray:
+    """The query's embedding: remembered in the process, and in `folder` (the index cache's) across
+    processes, so a process whose queries were all seen before never loads the sentence encoder
+    (about a second of CPU). A file is named by the SHA-256 of the query, never by its text."""
+    path = folder / (sha256(query.encode("utf-8", "surrogatepass")).hexdigest() + ".npy") if folder is not None else None
+    if path is not None:
+        try:
+            kept = np.load(path, allow_pickle=False)
+        except (OSError, ValueError):
+            kept = None
+        if kept is not None and kept.shape == (512,) and kept.dtype == np.float32 and bool(np.isfinite(kept).all()):
+            return np.asarray(kept)
     vec: FloatArray = np.asarray(encode([query])[0], dtype=np.float32)
+    if path is not None and folder is not None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if sum(1 for _ in zip(os.scandir(folder), range(QUERY_VECTORS_KEPT), strict=False)) < QUERY_VECTORS_KEPT:
+                fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npy", dir=folder)
+                try:
+                    with os.fdopen(fd, "wb") as fh:
+                        np.save(fh, vec, allow_pickle=False)
+                    os.replace(tmp, path)
+                except OSError:
+                    Path(tmp).unlink(missing_ok=True)
+                    raise
+        except OSError:
+            pass  # a failure only costs the cache
     return vec
 
 
@@ -324,6 +357,8 @@ class KnowledgeBase:
         self.cards_encoded = 0
         """Cards whose chunks `load` encoded (not found in the cache)."""
         self.load_seconds = 0.0
+        self.query_folder: Path | None = None
+        """Where query embeddings are kept across processes (`load`'s cache folder), if anywhere."""
         self._keyword = KeywordIndex(chunk_tokens)
         self._dense = DenseIndex(embeddings)
         self._card_ids = sorted({c.card_id for c in chunks})
@@ -377,6 +412,7 @@ class KnowledgeBase:
         parts = [vectors[cid] for cid in per_card if len(per_card[cid])]
         embeddings = np.vstack(parts) if parts else np.zeros((0, 512), dtype=np.float32)
         kb = cls(cards, chunks, all_tokens, embeddings)
+        kb.query_folder = _query_folder(cache_dir) if cache_dir is not None else None
         kb.cache_hit = not missing
         kb.cards_encoded = len(missing)
         if kb.cache_hit and progress is not None:
@@ -411,7 +447,7 @@ class KnowledgeBase:
                 per_chunk = (hits.scores / hits.bound).astype(np.float32)
                 positive_only = True
             elif ch == "dense":
-                per_chunk = self._dense.scores(_query_vector(query))
+                per_chunk = self._dense.scores(_query_vector(query, self.query_folder))
                 per_chunk[self._contrast] = -1.0
                 positive_only = False
             else:
