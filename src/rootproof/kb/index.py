@@ -59,7 +59,7 @@ __all__ = [
     "chunk_card",
 ]
 
-INDEX_VERSION = "kb-index-7"
+INDEX_VERSION = "kb-index-8"
 """Bumped whenever chunking or indexing changes (part of the cache key)."""
 CHANNELS = ("bm25", "dense")
 """The L1 channels."""
@@ -288,6 +288,8 @@ class CardScores:
 
 
 QUERY_VECTORS_KEPT = 4096
+_VECTOR_DIM = 512
+_VECTOR_BYTES = _VECTOR_DIM * 4
 """Query embeddings kept on disk per index cache folder (2 KiB each); past that none is added."""
 
 
@@ -299,24 +301,28 @@ def _query_folder(cache_dir: Path) -> Path:
 def _query_vector(query: str, folder: Path | None = None) -> FloatArray:
     """The query's embedding: remembered in the process, and in `folder` (the index cache's) across
     processes, so a process whose queries were all seen before never loads the sentence encoder
-    (about a second of CPU). A file is named by the SHA-256 of the query, never by its text."""
-    path = folder / (sha256(query.encode("utf-8", "surrogatepass")).hexdigest() + ".npy") if folder is not None else None
+    (about a second of CPU). A file is named by the SHA-256 of the query, never by its text, and
+    holds the 512 little-endian float32 values alone (`np.load` would parse a header with `ast`,
+    which CPython 3.11 does not allow in two threads at once)."""
+    path = folder / (sha256(query.encode("utf-8", "surrogatepass")).hexdigest() + ".f32") if folder is not None else None
     if path is not None:
         try:
-            kept = np.load(path, allow_pickle=False)
-        except (OSError, ValueError):
-            kept = None
-        if kept is not None and kept.shape == (512,) and kept.dtype == np.float32 and bool(np.isfinite(kept).all()):
-            return np.asarray(kept)
+            raw = path.read_bytes()
+        except OSError:
+            raw = b""
+        if len(raw) == _VECTOR_BYTES:
+            kept = np.frombuffer(raw, dtype="<f4").astype(np.float32)
+            if bool(np.isfinite(kept).all()):
+                return kept
     vec: FloatArray = np.asarray(encode([query])[0], dtype=np.float32)
-    if path is not None and folder is not None:
+    if path is not None and folder is not None and vec.shape == (_VECTOR_DIM,):
         try:
             folder.mkdir(parents=True, exist_ok=True)
             if sum(1 for _ in zip(os.scandir(folder), range(QUERY_VECTORS_KEPT), strict=False)) < QUERY_VECTORS_KEPT:
-                fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npy", dir=folder)
+                fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
                 try:
                     with os.fdopen(fd, "wb") as fh:
-                        np.save(fh, vec, allow_pickle=False)
+                        fh.write(vec.astype("<f4").tobytes())
                     os.replace(tmp, path)
                 except OSError:
                     Path(tmp).unlink(missing_ok=True)
@@ -549,12 +555,16 @@ class KnowledgeBase:
 def _read_cache(folder: Path, chunks: list[Chunk]) -> tuple[list[list[str]], FloatArray] | None:
     try:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-        emb = np.load(folder / "embeddings.npy")
+        raw = (folder / "embeddings.f32").read_bytes()
     except (OSError, ValueError):
         return None
-    if meta.get("chunk_ids") != [c.chunk_id for c in chunks] or emb.shape[0] != len(chunks) or emb.ndim != 2:
+    # The rows alone, little-endian float32 (no `np.load`: see `_query_vector`).
+    if not isinstance(meta, dict) or meta.get("chunk_ids") != [c.chunk_id for c in chunks] or len(raw) != len(chunks) * _VECTOR_BYTES:
         return None
-    return [list(t) for t in meta["tokens"]], np.asarray(emb, dtype=np.float32)
+    emb = np.frombuffer(raw, dtype="<f4").astype(np.float32).reshape(len(chunks), _VECTOR_DIM)
+    if not bool(np.isfinite(emb).all()):
+        return None
+    return [list(t) for t in meta["tokens"]], emb
 
 
 def _write_cache(
@@ -570,7 +580,7 @@ def _write_cache(
             ),
             encoding="utf-8",
         )
-        np.save(tmp / "embeddings.npy", emb)
+        (tmp / "embeddings.f32").write_bytes(np.asarray(emb, dtype="<f4").tobytes())
         target = cache_dir / key
         try:
             os.replace(tmp, target)
