@@ -31,7 +31,7 @@ from rootproof.live.cli import live_app
 from rootproof.run.context import RunCancellation
 from rootproof.run.records import EventRecord
 from rootproof.settings import load_settings
-from rootproof.terminal import json_text_safe, terminal_safe
+from rootproof.terminal import json_text_safe, one_line, terminal_safe
 
 if TYPE_CHECKING:
     from rootproof.harness import Harness
@@ -61,13 +61,15 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document o
 
 
 def say(*parts: object) -> None:
-    """Print one line on stdout, terminal-safe."""
-    print(terminal_safe(" ".join(str(p) for p in parts)))
+    """Print one line on stdout: terminal-safe, and a line break or tab inside it (text quoted from
+    evidence, a question, a model's words) shown escaped, so that no value can lay out a line of
+    its own; the labels of the line are the caller's."""
+    print(one_line(" ".join(str(p) for p in parts)))
 
 
 def status(text: str, style: str = "") -> None:
-    """One status line on stderr (rich), terminal-safe and markup-escaped."""
-    safe = markup_escape(terminal_safe(text))
+    """One status line on stderr (rich), one line whatever it quotes, and markup-escaped."""
+    safe = markup_escape(one_line(text))
     err.print(f"[{style}]{safe}[/{style}]" if style else safe)
 
 
@@ -347,7 +349,8 @@ def demo(as_json: JsonOpt = False) -> None:
             out = h.diagnose(q or sc.question, scenario=sc, listeners=[] if as_json else [_status_line])
             results.append({"scenario": sid, **out.public()})
             if not as_json:
-                say(f"\n# {sid}: {q or sc.question}")
+                print()
+                say(f"# {sid}: {q or sc.question}")
                 _print_content(out.content, out.language)
                 say(f"  status={out.status} release_outcome={out.release_outcome} run_id={out.run_id}")
     if as_json:

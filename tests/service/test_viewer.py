@@ -48,6 +48,7 @@ from rootproof.scenarios.loader import load_scenario
 from rootproof.service.viewer import PARAMS_CHARS, QUESTION_CHARS, TEXT_CHARS, render_run_page
 from rootproof.settings import load_settings
 from rootproof.store.sql import SqlTraceStore
+from rootproof.terminal import one_line
 
 BUILTIN = Path(__file__).resolve().parents[2] / "src" / "rootproof" / "scenarios" / "builtin"
 PWNED = "PWNED"
@@ -274,16 +275,18 @@ def test_published_page_shows_every_claim_with_its_verified_citations(runs: Runs
     report = run["content"]["report"]
     claims = page.by("claim", data_state="published")
     assert [(c["data-claim-id"], c["data-kind"]) for c in claims] == [(c["id"], c["kind"]) for c in report["claims"]]
-    assert page.text("claim-text") == [c["text"] for c in report["claims"]]
+    # A line break inside a claim (a quoted stack trace) is shown escaped, never as layout.
+    assert page.text("claim-text") == [one_line(c["text"]) for c in report["claims"]]
+    assert any("\n" in c["text"] for c in report["claims"]) and not any("\n" in t for t in page.text("claim-text"))
     cites = page.by("citation", data_state="published")
     expected = [(x["invocation_id"], x["raw_path"]) for c in report["claims"] for x in c["citations"]]
     assert [(c["data-invocation-id"], c["data-path"]) for c in cites] == expected
     assert {c["data-verified"] for c in cites} == {"yes"}  # every citation is in verified_sources
-    assert page.text("excerpt") == [x["excerpt"][:TEXT_CHARS] for c in report["claims"] for x in c["citations"]]
+    assert page.text("excerpt") == [one_line(x["excerpt"][:TEXT_CHARS]) for c in report["claims"] for x in c["citations"]]
     for c in report["claims"]:
         for x in c["citations"]:
-            assert _escaped(x["excerpt"]) in text
-    assert page.text("report-summary") == [report["summary"]]
+            assert _escaped(one_line(x["excerpt"])) in text
+    assert page.text("report-summary") == [one_line(report["summary"])]
     # verdicts: EvidenceGuard passed, every claim SUPPORTED by the SemanticGuard
     se = run["self_evaluation"]
     [ev] = page.by("guard-verdict", data_guard="evidence")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from rootproof.errors import ConfigError, LiveEnvironmentError, UsageError
-from rootproof.terminal import json_text_safe, terminal_safe
+from rootproof.terminal import json_text_safe, one_line, terminal_safe
 
 if TYPE_CHECKING:
     from rootproof.live.env import RunStatus
@@ -35,7 +35,7 @@ T = TypeVar("T")
 
 
 def _say(text: str) -> None:
-    print(terminal_safe(text))
+    print(one_line(text))
 
 
 def _progress(text: str) -> None:

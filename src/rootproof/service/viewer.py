@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from rootproof.terminal import terminal_safe
+from rootproof.terminal import one_line, terminal_safe
 
 __all__ = [
     "CLAIMS_MAX",
@@ -167,22 +167,24 @@ def _str(value: Any) -> str:
     return str(value)
 
 
-def _esc(text: str) -> str:
+def _esc(text: str, *, lines: bool = False) -> str:
     """Escape for element text and attribute values; control characters shown as escapes, a lone
-    surrogate (JSON `\\ud800`, not encodable as UTF-8) as U+FFFD."""
-    return html.escape(_SURROGATE.sub("\ufffd", terminal_safe(text)), quote=True)
+    surrogate (JSON `\\ud800`, not encodable as UTF-8) as U+FFFD. Line breaks and tabs are shown
+    escaped too (`\\n`), so text from evidence never lays out a line of the report, except where
+    `lines` keeps them: the question, a model's output, a preformatted dump."""
+    return html.escape(_SURROGATE.sub("\ufffd", terminal_safe(text) if lines else one_line(text)), quote=True)
 
 
 def _clip_note(hidden: int) -> str:
     return f'<span class="clipped" data-testid="clipped">… clipped: {hidden:,} more characters</span>'
 
 
-def _t(value: Any, limit: int = TEXT_CHARS) -> str:
-    """Escaped text, clipped at `limit` characters with a visible note."""
+def _t(value: Any, limit: int = TEXT_CHARS, *, lines: bool = False) -> str:
+    """Escaped text (`_esc`), clipped at `limit` characters with a visible note."""
     text = _str(value)
     if len(text) <= limit:
-        return _esc(text)
-    return _esc(text[:limit]) + _clip_note(len(text) - limit)
+        return _esc(text, lines=lines)
+    return _esc(text[:limit], lines=lines) + _clip_note(len(text) - limit)
 
 
 def _a(value: Any) -> str:
@@ -300,12 +302,12 @@ def _summary(run: dict[str, Any], trace: dict[str, Any]) -> str:
         f'<section class="card" id="summary" data-testid="run-summary" data-status="{_a(run.get("status"))}" '
         f'data-release-outcome="{_a(outcome)}" data-fallback-type="{_a(run.get("fallback_type"))}">',
         f'<h1>Run <code data-testid="run-id">{_t(run.get("run_id"), 100)}</code></h1>',
-        f'<div class="question" data-testid="question" lang="{_a(run.get("language"))}">{_t(run.get("question"), QUESTION_CHARS)}</div>',
+        f'<div class="question" data-testid="question" lang="{_a(run.get("language"))}">{_t(run.get("question"), QUESTION_CHARS, lines=True)}</div>',
         f'<p class="story" data-testid="outcome-story">{_story(run)}</p>',
         f'<dl class="facts">{dl}</dl>',
     ]
     if run.get("error"):
-        out.append(f'<h3>Error</h3><pre data-testid="run-error">{_t(run.get("error"))}</pre>')
+        out.append(f'<h3>Error</h3><pre data-testid="run-error">{_t(run.get("error"), lines=True)}</pre>')
     conclusion = run.get("conclusion")
     if isinstance(conclusion, Mapping):
         out.append(f'<h3>Published conclusion</h3><div data-testid="conclusion">{_cause(conclusion, "root cause")}')
@@ -475,8 +477,8 @@ def _step(s: dict[str, Any], calls: list[str]) -> str:
         f'<span class="meta" data-testid="step-duration">{_t(s.get("duration_ms"), 20)} ms</span>'
         f'<span class="meta" data-testid="step-tokens">tokens in {_t(tokens_in, 20)} · out {_t(tokens_out, 20)}</span>'
         f'<span class="meta">{_t(s.get("agent_name"), 60)}</span></div>'
-        f'<div class="step-out" data-testid="step-output">{_t(s.get("model_output"))}</div>'
-        f'<details><summary>model input (summary)</summary><pre>{_t(s.get("model_input"))}</pre></details>'
+        f'<div class="step-out" data-testid="step-output">{_t(s.get("model_output"), lines=True)}</div>'
+        f'<details><summary>model input (summary)</summary><pre>{_t(s.get("model_input"), lines=True)}</pre></details>'
         + (f'<ol class="calls">{"".join(calls)}</ol>' if calls else "")
         + "</li>"
     )
@@ -530,7 +532,7 @@ def _call(i: dict[str, Any], cited: dict[str, set[str]], verified: dict[tuple[st
             f'<th>source</th></tr>{"".join(rows)}</table>{note}'
         )
     if i.get("output_preview"):
-        inner += f'<h3>output preview</h3><pre>{_t(i.get("output_preview"))}</pre>'
+        inner += f'<h3>output preview</h3><pre>{_t(i.get("output_preview"), lines=True)}</pre>'
     args = _str(i.get("input_params"))
     brief = _esc(args[:140]) + ("…" if len(args) > 140 else "")
     extra.append(f"<details><summary>arguments <code>{brief}</code> · {_n(len(refs), 'ref')}</summary>{inner}</details>")
@@ -820,7 +822,7 @@ def _received(run: dict[str, Any]) -> str:
         out.append(f'<p data-testid="system-message">{_t(content.get("message"), 4000)}</p>')
     text = json.dumps(content, ensure_ascii=False, indent=2, default=str)
     out.append(
-        f'<details open><summary>content JSON ({len(text):,} characters)</summary><pre data-testid="received-json">{_t(text, RECEIVED_CHARS)}</pre></details></section>'
+        f'<details open><summary>content JSON ({len(text):,} characters)</summary><pre data-testid="received-json">{_t(text, RECEIVED_CHARS, lines=True)}</pre></details></section>'
     )
     return "".join(out)
 
@@ -844,9 +846,9 @@ def _reasoning(trace: dict[str, Any], reasoning: list[dict[str, Any]] | None) ->
     for r in shown:
         parts = []
         if r.get("reasoning_content"):
-            parts.append(f'<h3>provider reasoning</h3><pre data-testid="reasoning-content">{_t(r.get("reasoning_content"), REASONING_CHARS)}</pre>')
+            parts.append(f'<h3>provider reasoning</h3><pre data-testid="reasoning-content">{_t(r.get("reasoning_content"), REASONING_CHARS, lines=True)}</pre>')
         if r.get("assistant_text"):
-            parts.append(f'<h3>assistant text</h3><pre data-testid="assistant-text">{_t(r.get("assistant_text"), REASONING_CHARS)}</pre>')
+            parts.append(f'<h3>assistant text</h3><pre data-testid="assistant-text">{_t(r.get("assistant_text"), REASONING_CHARS, lines=True)}</pre>')
         items.append(
             f'<div class="claim" data-testid="reasoning-step" data-step-index="{_a(r.get("step_index"))}">'
             f'<div class="claim-head"><b>model step {_t(r.get("step_index"), 12)}</b>{_badge(r.get("content_source"), "info")}'
