@@ -109,3 +109,12 @@ def test_the_report_card_lists_contributing_causes_after_the_root_cause_in_the_r
     ]
     _print_content({**content, "report": {**report, "contributing_causes": []}}, "en")
     assert "contributing" not in capsys.readouterr().out
+
+
+def test_the_offline_planner_step_line_shows_no_token_figures(home: Path) -> None:
+    """The offline planner reads no tokens: its steps say so, not `0 in + 0 out tokens, 0.0 tok/s`."""
+    p = rp("diagnose", "--scenario", "pg-row-lock", home=home)
+    assert p.returncode == 0, p.stderr
+    steps = [ln for ln in p.stderr.splitlines() if "step" in ln and ("[gather]" in ln or "[draft]" in ln)]
+    assert steps and all(ln.lstrip().startswith("planner step ") for ln in steps), p.stderr
+    assert "tok/s" not in p.stderr and "0 in + 0 out" not in p.stderr

@@ -229,6 +229,10 @@ def model_step_line(info: ModelStepInfo) -> None:
     what = "draft" if info.draft else f"{info.calls} call(s)" if info.calls else "no call"
     first = f", first token {info.first_token_s:.1f} s" if info.first_token_s is not None else ""
     est = " (estimated)" if info.estimated else ""
+    if info.input_tokens == 0 and info.output_tokens == 0 and not info.estimated:
+        # The offline planner reads no tokens: its step has a time and a decision, nothing more.
+        status(f"  planner step {info.step_index} [{info.mode}]: {info.seconds:.2f} s → {what}", "dim")
+        return
     status(
         f"  model step {info.step_index} [{info.mode}]: {info.input_tokens} in + {info.output_tokens} out tokens{est}, "
         f"{info.seconds:.1f} s{first}, {info.tokens_per_s:.1f} tok/s → {what}",

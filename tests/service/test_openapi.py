@@ -150,6 +150,10 @@ def test_streams_answer_their_problems_before_streaming(live: Live) -> None:
         assert bad.status_code == 422 and bad.json()["field"] == "Last-Event-ID"
         huge = client.get(url, headers={"Last-Event-ID": str(2**64)})
         assert huge.status_code == 422 and huge.json()["field"] == "Last-Event-ID"
+        # A negative id is refused as `after=-1` is, never read as "from the start".
+        negative = client.get(url, headers={"Last-Event-ID": "-5"})
+        assert negative.status_code == 422 and negative.json()["field"] == "Last-Event-ID"
+        assert client.get(url, params={"after": -1}).status_code == 422
         huge = client.get(url, params={"after": 2**64})
         assert huge.status_code == 422 and huge.json()["field"] == "after"
 

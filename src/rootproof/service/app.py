@@ -396,10 +396,10 @@ def _routes(app: FastAPI) -> None:
         start = after or 0
         if last_event_id:
             try:
-                start = max(0, int(last_event_id))
+                start = int(last_event_id)
             except ValueError:
-                start = _MAX_SEQ + 1
-            if start > _MAX_SEQ:
+                start = -1
+            if not 0 <= start <= _MAX_SEQ:  # as `after`: a negative id is refused, never "from the start"
                 raise _problem(422, "Last-Event-ID: expected the sequence number of an event", "Last-Event-ID")
         return start
 
