@@ -29,8 +29,8 @@ def leaked_pieces(secret: str, line: str, out: str, *, min_len: int = 4) -> list
     return pieces
 
 
-def test_corpus_holds_at_least_50_shapes() -> None:
-    assert len(CORPUS) >= 50
+def test_corpus_holds_at_least_100_shapes() -> None:
+    assert len(CORPUS) >= 100
     assert len({e["shape"] for e in CORPUS}) == len(CORPUS)
     for e in CORPUS:
         assert e["secrets"] and all(s in e["line"] for s in e["secrets"]), e["shape"]

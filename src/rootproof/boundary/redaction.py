@@ -117,6 +117,32 @@ _REDIS_AUTH = re.compile(r'(?P<pre>"AUTH"(?:\s+"[^"]*")?\s+")(?P<v>[^"]+)"', re.
 _SLACK_WEBHOOK = re.compile(
     r"(?P<pre>https://hooks\.slack\.com/(?:services|workflows|triggers)/)(?P<v>[A-Za-z0-9_/\-]+)"
 )
+# `PGPASSWORD hunter4444`, `passwd Puffin-Pw-42`: a secret-like name, blanks, and a value that
+# reads as a password (`_secretish`), not as a word (`password authentication failed`).
+_SPACED = re.compile(
+    rf"""(?P<pre>(?<![A-Za-z0-9_.\-])(?P<key>{_KEY})[ \t]+)(?P<v>[^\s,;"'<>(){{}}\[\]，；。]+)""",
+    re.I,
+)
+# "password is Chat-Plain-Pw-Kiwi", "the token was …", "密码是 …": a secret told in words.
+_TOLD = re.compile(
+    r"""(?P<pre>\b(?:password|passwd|passphrase|passcode|secret|token|api[ _\-]?key|access[ _\-]?key|pwd)s?"""
+    r"""\s+(?:(?:is|was|are|were|has\s+been|had\s+been)(?:\s+now)?(?:\s+(?:set|changed|reset|updated))?(?:\s+to)?"""
+    r"""|(?:set|changed|reset|updated)\s+to|=|:)\s+[\"'“‘]?)"""
+    r"""(?P<v>[^\s"'”’,;]+)""",
+    re.I,
+)
+_TOLD_ZH = re.compile(
+    r"""(?P<pre>(?:密码|口令|密钥|秘钥|令牌)\s*(?:是|为|為|：|:|改成了?|改为|设为|设置为|换成了?)\s*[\"'“‘「]?)(?P<v>[^\s"'”’,;，；。」]+)"""
+)
+# SQL functions that hash or encrypt a password given as a literal: `md5('pw' || user)`,
+# `crypt('pw', gen_salt('bf'))`, `sha2('pw', 256)`, `digest('pw', 'sha256')`.
+_SQL_HASHED = re.compile(
+    r"(?P<pre>(?<![\w.])(?:md5|crypt|sha1|sha2|sha224|sha256|sha384|sha512|digest|old_password)\s*\(\s*E?')(?P<v>(?:[^'\\]|\\.|'')+)'",
+    re.I,
+)
+# Percent-encoded JSON and forms: `%22password%22%3A%22…%22`, `password%3D…`.
+_PCT_JSON = re.compile(r"(?P<pre>%22(?P<key>[A-Za-z0-9_.\-]{2,64})%22(?:%20|\+)*%3A(?:%20|\+)*%22)(?P<v>.+?)(?=%22)", re.I)
+_PCT_FORM = re.compile(r"(?P<pre>(?<![A-Za-z0-9_.\-])(?P<key>[A-Za-z0-9_.\-]{2,64})%3D)(?P<v>[^&\s%]*(?:%(?!26)[0-9A-Fa-f]{2}[^&\s%]*)*)", re.I)
 _PEM_LINE = re.compile(r"[^\r\n]*[^\s][^\r\n]*")
 _PEM = re.compile(
     r"(?P<pre>-----BEGIN (?P<kind>[A-Z0-9 ]*?)PRIVATE KEY(?: BLOCK)?-----)(?P<v>.*?)(?=-----END (?P=kind)PRIVATE KEY|\Z)",
@@ -148,7 +174,8 @@ _GATE_LITERALS = (
     ":// pass pwd secret token key auth cred bearer basic cookie identified sig -----begin contrase whsec"
     " sq0csp gr1348941 密码 口令 密钥 秘钥 令牌 sk- sk_ rk_ pk_ ghp_ gho_ ghu_ ghs_ ghr_ github_pat xox xapp-"
     " aiza ya29. gocspx akia asia abia acca a3t ltai akid hvs. dop_ npm_ pypi- sg. eyj akc glpat- gldt- glft-"
-    " glsoat- glrt- glcbt- glimt- glptt- glagent- gloas-"
+    " glsoat- glrt- glcbt- glimt- glptt- glagent- gloas- md5( crypt( sha1( sha2( sha224( sha256( sha384( sha512("
+    " digest( old_password("
 ).split()
 
 
@@ -280,6 +307,40 @@ def _assign(m: re.Match[str]) -> str:
     return m.group(0)
 
 
+_SYMBOLS = frozenset("-_!@#$%^&*+=.~/")
+
+
+def _secretish(value: str) -> bool:
+    """A bare value that reads as a password or token, not as a word: 6 characters or more with a
+    letter and a digit, or an upper-case letter after the first character beside lower-case ones
+    (`hunter4444`, `Chat-Plain-Pw-Kiwi`; not `authentication`, `expired`, `Exchange`)."""
+    v = value.strip(".:")
+    if len(v) < 6 or _keep(v) or _PATH_VALUE.match(v) or "://" in v:
+        return False
+    letters = [c for c in v if c.isalpha()]
+    if not letters or not all(c.isascii() for c in v) or not all(c.isalnum() or c in _SYMBOLS for c in v):
+        return False
+    if any(c.isdigit() for c in v):
+        return not v.replace(".", "").replace("-", "").replace(":", "").isdigit()
+    return any(c.islower() for c in v) and any(c.isupper() for c in v[1:])
+
+
+def _spaced(m: re.Match[str]) -> str:
+    key = m.group("key")
+    long_word = re.search(_LONG_WORDS, key, re.I) is not None
+    if not is_secret_key(key) or not (long_word or key.isupper()) or not _secretish(m.group("v")):
+        return m.group(0)
+    return m.group("pre") + MASK
+
+
+def _told(m: re.Match[str]) -> str:
+    return m.group("pre") + MASK if _secretish(m.group("v")) else m.group(0)
+
+
+def _pct_key(m: re.Match[str]) -> str:
+    return _mask_group(m) if is_secret_key(m.group("key")) else m.group(0)
+
+
 def _basic(m: re.Match[str]) -> str:
     value = m.group("v")
     try:
@@ -321,12 +382,19 @@ _SUBS: list[tuple[tuple[str, ...], re.Pattern[str], Callable[[re.Match[str]], st
     (("password", "identified"), _SQL_PASSWORD, _mask_group),
     (("authorization",), _HEADER, _mask_group),
     (("cookie",), _COOKIE, _cookie),
+    # Before `key = value`: `password_hash = sha2('…', 256)` is a literal inside a call.
+    (("md5", "crypt", "sha", "digest", "old_password"), _SQL_HASHED, _mask_group),
     (_KEY_WORDS, _ASSIGN, _assign),
     (("bearer",), _BEARER, _mask_group),
     (("basic",), _BASIC, _basic),
     (("redis-cli", "mysql", "mariadb"), _CLI_PASSWORD, _mask_group),
     (('"auth"',), _REDIS_AUTH, _mask_group),
     (("requirepass", "masterauth", "masterpass"), _REDIS_CONFIG, _mask_group),
+    (("%3a", "%3d"), _PCT_JSON, _pct_key),
+    (("%3d",), _PCT_FORM, _pct_key),
+    (_KEY_WORDS, _SPACED, _spaced),
+    (("pass", "pwd", "secret", "token", "key"), _TOLD, _told),
+    (("密码", "口令", "密钥", "秘钥", "令牌"), _TOLD_ZH, _told),
     ((), _TOKENS, lambda m: MASK if not _keep(m.group(0)) else m.group(0)),
 ]
 
