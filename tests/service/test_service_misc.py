@@ -210,6 +210,14 @@ def test_bodies_are_capped_before_auth_and_parsing(tmp_path: Path) -> None:
         r = c.post("/api/alerts/alertmanager", params={"scenario": "pg-row-lock"}, content=deep, headers={**auth(OPERATOR_KEY), "content-type": "application/json"})
         assert 400 <= r.status_code < 500, r.text
         assert r.headers.get("cache-control") == "no-store" or r.status_code == 413
+        # Beyond the decoder (1 900 levels within this server's 4 KiB alert cap, 20 000 in a chat
+        # body): the problem names the field that nests, not the body.
+        deeper = b'{"version": "4", "status": "firing", "alerts": [{"labels": ' + b"[" * 1_900 + b"]" * 1_900 + b"}]}"
+        r = c.post("/api/alerts/alertmanager", params={"scenario": "pg-row-lock"}, content=deeper, headers={**auth(OPERATOR_KEY), "content-type": "application/json"})
+        assert r.status_code == 400 and r.json()["field"] == "alerts[0].labels[0]" and "nested more than" in r.json()["detail"], r.text
+        chat = b'{"message": "why", "alert": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+        r = c.post("/api/chat", content=chat, headers={**auth(OPERATOR_KEY), "content-type": "application/json"})
+        assert r.status_code == 400 and r.json()["field"] == "alert[0][0][0]", r.text
 
 
 def test_sessions_are_claimed_once_and_groups_are_per_sender(server: ThreadServer) -> None:

@@ -30,6 +30,7 @@ from rootproof.service.auth import LOOPBACK_PRINCIPAL, KeyRing, Principal
 from rootproof.service.core import Evidence, Service
 from rootproof.service.hub import Heartbeat, follow_events
 from rootproof.service.jobs import RunRequest
+from rootproof.service.jsondepth import DEPTH_LIMIT, too_deep
 from rootproof.settings import Settings, load_settings
 
 __all__ = ["create_app", "app_from_environment", "is_loopback"]
@@ -198,9 +199,14 @@ def create_app(
         return response
 
     @app.exception_handler(StarletteHTTPException)  # also the framework's own (404 no route, 405, 400 unreadable body)
-    async def _http_problem(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        # A 400 of FastAPI's own is a request body it could not read (not UTF-8, say).
+    async def _http_problem(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # A 400 of FastAPI's own is a request body it could not read (not UTF-8, say, or JSON
+        # nested deeper than the decoder goes: then the field where it nests too deep is named).
         body = exc.detail if isinstance(exc.detail, dict) else {"detail": str(exc.detail), "field": "(body)" if exc.status_code == 400 else None}
+        if exc.status_code == 400 and not isinstance(exc.detail, dict):
+            deep = too_deep((await request.body()).decode("utf-8", "replace"))
+            if deep is not None:
+                body = {"detail": f"{deep}: nested more than {DEPTH_LIMIT} levels deep", "field": deep}
         return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
@@ -432,7 +438,11 @@ def _routes(app: FastAPI) -> None:
             raise _problem(413, f"the payload is larger than {cap} bytes (ROOTPROOF_MAX_ALERT_BYTES)", "(body)")
         try:
             data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError, RecursionError):
+        except RecursionError:
+            service.metrics.webhooks.labels(source, "malformed").inc()
+            deep = too_deep(raw.decode("utf-8", "replace")) or "(body)"
+            raise _problem(422, f"{deep}: nested more than {DEPTH_LIMIT} levels deep", deep) from None
+        except (ValueError, UnicodeDecodeError):
             service.metrics.webhooks.labels(source, "malformed").inc()
             raise _problem(422, "(body): not JSON", "(body)") from None
         try:
