@@ -249,3 +249,21 @@ def test_sessions_are_claimed_once_and_groups_are_per_sender(server: ThreadServe
 def test_a_key_given_two_roles_is_a_configuration_error() -> None:
     with pytest.raises(ConfigError, match="configured twice"):
         KeyRing.load(f"{OPERATOR_KEY}:operator,{OPERATOR_KEY}:auditor", None)
+
+
+def test_a_client_gone_mid_body_ends_quietly(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A client that sends half a body and goes away: no traceback in the server's log (uvicorn
+    writes its log to stderr, not through the root logger)."""
+    import socket
+
+    settings = load_settings(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 'rootproof.db'}", api_keys=API_KEYS)
+    with ThreadServer(create_app(settings, environ={})) as srv:
+        for path in ("/api/chat", "/api/alerts/alertmanager", "/api/runs"):
+            with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
+                head = f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OPERATOR_KEY}\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n"
+                sock.sendall(head.encode() + b'{"message": "why is che')
+            time.sleep(0.3)
+        with httpx.Client(base_url=srv.url, timeout=30) as c:
+            assert c.get("/healthz").status_code == 200  # still serving
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "No response returned" not in err, err[-3000:]

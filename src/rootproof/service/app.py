@@ -181,7 +181,7 @@ def create_app(
         summary="Diagnose production incidents; publish only what the evidence proves.",
         lifespan=lifespan,
     )
-    from rootproof.service.limits import BodyLimit
+    from rootproof.service.limits import BodyLimit, NoStore
 
     # Before routing, authentication and parsing: no request makes the server hold more than this.
     alert_cap = (settings.max_alert_bytes, "ROOTPROOF_MAX_ALERT_BYTES")
@@ -191,12 +191,7 @@ def create_app(
         default=(CHAT_BODY_BYTES, "the 1 MiB request cap"),
     )
 
-    @app.middleware("http")
-    async def _no_store(request: Request, call_next: Any) -> Any:
-        response = await call_next(request)
-        if request.url.path.startswith(("/api/", "/runs/")):
-            response.headers.setdefault("Cache-Control", "no-store")
-        return response
+    app.add_middleware(NoStore)  # type: ignore[arg-type]
 
     @app.exception_handler(StarletteHTTPException)  # also the framework's own (404 no route, 405, 400 unreadable body)
     async def _http_problem(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -12,7 +12,7 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-__all__ = ["BodyLimit"]
+__all__ = ["BodyLimit", "NoStore"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -87,3 +87,27 @@ async def _problem(send: Send, status: int, detail: str, field: str) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+class NoStore:
+    """`Cache-Control: no-store` on the answers of `/api/*` and `/runs/*` that set none of their
+    own. A plain ASGI middleware: Starlette's `BaseHTTPMiddleware` (`@app.middleware("http")`)
+    raised `RuntimeError: No response returned.` with a traceback in the server's log each time a
+    client went away in the middle of its request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not str(scope.get("path", "")).startswith(("/api/", "/runs/")):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_no_store(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers") or [])
+                if not any(k.lower() == b"cache-control" for k, _ in headers):
+                    message = {**message, "headers": [*headers, (b"cache-control", b"no-store")]}
+            await send(message)
+
+        await self.app(scope, receive, send_no_store)
