@@ -631,11 +631,14 @@ def serve(
     no_auth: Annotated[bool, typer.Option("--no-auth", help="Serve without API keys (loopback only; every request is admin).")] = False,
 ) -> None:
     """Run the team service: HTTP API with SSE, alert webhooks, traces (docs/service.md)."""
-    from rootproof.service.app import create_app, is_loopback
+    from rootproof.service.auth import is_loopback, service_keys
 
     if no_auth and not is_loopback(host):
         raise UsageError(f"--no-auth binds to loopback only; --host {host} is not a loopback address")
     settings = load_settings()
+    service_keys(settings, no_auth=no_auth)  # the keys, before the web stack is imported
+    from rootproof.service.app import create_app
+
     create_app(settings, no_auth=no_auth)  # the keys and settings are checked before binding
     if settings.targets is not None:  # and the targets file
         from rootproof.targets import load_targets

@@ -8,7 +8,6 @@ shutdown. Routes: docs/service.md.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -24,9 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rootproof.alerts import AlertPayload, parse_alert
-from rootproof.errors import AlertError, ConfigError, UsageError
+from rootproof.errors import AlertError, UsageError
 from rootproof.run.records import EventRecord, RunRecord
-from rootproof.service.auth import LOOPBACK_PRINCIPAL, KeyRing, Principal
+from rootproof.service.auth import LOOPBACK_PRINCIPAL, Principal, is_loopback, service_keys
 from rootproof.service.core import Evidence, Service
 from rootproof.service.hub import Heartbeat, follow_events
 from rootproof.service.jobs import RunRequest
@@ -121,16 +120,6 @@ def _problems(*codes: int, json_only: bool = False) -> dict[int | str, dict[str,
     return {code: {"model": Problem} for code in codes}
 
 
-def is_loopback(host: str) -> bool:
-    """True for a loopback address or `localhost`."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _problem(status: int, detail: str, field: str | None = None) -> HTTPException:
     return HTTPException(status_code=status, detail={"detail": detail, "field": field})
 
@@ -146,12 +135,7 @@ def create_app(
     from `settings` when the app starts. Without API keys and without `no_auth` this raises
     ConfigError naming `ROOTPROOF_API_KEYS`."""
     settings = settings or load_settings()
-    keyring = KeyRing.load(settings.api_keys.get_secret_value() if settings.api_keys else None, settings.api_keys_file)
-    if not len(keyring) and not no_auth:
-        raise ConfigError(
-            "ROOTPROOF_API_KEYS: no API key configured (or ROOTPROOF_API_KEYS_FILE); the service refuses to start "
-            "without keys unless started with --no-auth, which binds to loopback only"
-        )
+    keyring = service_keys(settings, no_auth=no_auth)
     env = dict(environ if environ is not None else os.environ)
 
     @asynccontextmanager

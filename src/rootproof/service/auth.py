@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from rootproof.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rootproof.settings import Settings
 
 __all__ = ["KeyRing", "Principal", "ROLES", "hash_key"]
 
@@ -121,3 +125,26 @@ class KeyRing:
             if hmac.compare_digest(known, digest) and found is None:
                 found = Principal(name="key:" + known.hex()[:12], role=role)
         return found
+
+
+def is_loopback(host: str) -> bool:
+    """True for a loopback address or `localhost`."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def service_keys(settings: Settings, *, no_auth: bool = False) -> KeyRing:
+    """The service's keys (`ROOTPROOF_API_KEYS`, `ROOTPROOF_API_KEYS_FILE`); a ConfigError naming
+    the variable when they are malformed, or missing without `no_auth`. Light on purpose:
+    `rootproof serve` refuses a bad configuration before importing the web stack."""
+    keyring = KeyRing.load(settings.api_keys.get_secret_value() if settings.api_keys else None, settings.api_keys_file)
+    if not len(keyring) and not no_auth:
+        raise ConfigError(
+            "ROOTPROOF_API_KEYS: no API key configured (or ROOTPROOF_API_KEYS_FILE); the service refuses to start "
+            "without keys unless started with --no-auth, which binds to loopback only"
+        )
+    return keyring
