@@ -317,17 +317,19 @@ def _secretish(value: str) -> bool:
     v = value.strip(".:")
     if len(v) < 6 or _keep(v) or _PATH_VALUE.match(v) or "://" in v:
         return False
-    letters = [c for c in v if c.isalpha()]
-    if not letters or not all(c.isascii() for c in v) or not all(c.isalnum() or c in _SYMBOLS for c in v):
+    if not any(c.isalpha() for c in v) or not all(c.isascii() for c in v) or not all(c.isalnum() or c in _SYMBOLS for c in v):
         return False
     if any(c.isdigit() for c in v):
         return not v.replace(".", "").replace("-", "").replace(":", "").isdigit()
     return any(c.islower() for c in v) and any(c.isupper() for c in v[1:])
 
 
+_LONG_WORD = re.compile(_LONG_WORDS, re.I)
+
+
 def _spaced(m: re.Match[str]) -> str:
     key = m.group("key")
-    long_word = re.search(_LONG_WORDS, key, re.I) is not None
+    long_word = _LONG_WORD.search(key) is not None
     if not is_secret_key(key) or not (long_word or key.isupper()) or not _secretish(m.group("v")):
         return m.group(0)
     return m.group("pre") + MASK

@@ -288,9 +288,9 @@ class CardScores:
 
 
 QUERY_VECTORS_KEPT = 4096
+"""Query embeddings kept on disk per index cache folder (2 KiB each); past that none is added."""
 _VECTOR_DIM = 512
 _VECTOR_BYTES = _VECTOR_DIM * 4
-"""Query embeddings kept on disk per index cache folder (2 KiB each); past that none is added."""
 
 
 def _query_folder(cache_dir: Path) -> Path:
@@ -315,7 +315,7 @@ def _query_vector(query: str, folder: Path | None = None) -> FloatArray:
             if bool(np.isfinite(kept).all()):
                 return kept
     vec: FloatArray = np.asarray(encode([query])[0], dtype=np.float32)
-    if path is not None and folder is not None and vec.shape == (_VECTOR_DIM,):
+    if folder is not None and path is not None and vec.shape == (_VECTOR_DIM,):
         try:
             folder.mkdir(parents=True, exist_ok=True)
             if sum(1 for _ in zip(os.scandir(folder), range(QUERY_VECTORS_KEPT), strict=False)) < QUERY_VECTORS_KEPT:
@@ -416,7 +416,7 @@ class KnowledgeBase:
                     _write_cache(cache_dir, _card_key(cards[cid]), per_card[cid], tokens[cid], vectors[cid])
         all_tokens = [t for cid in per_card for t in tokens[cid]]
         parts = [vectors[cid] for cid in per_card if len(per_card[cid])]
-        embeddings = np.vstack(parts) if parts else np.zeros((0, 512), dtype=np.float32)
+        embeddings = np.vstack(parts) if parts else np.zeros((0, _VECTOR_DIM), dtype=np.float32)
         kb = cls(cards, chunks, all_tokens, embeddings)
         kb.query_folder = _query_folder(cache_dir) if cache_dir is not None else None
         kb.cache_hit = not missing
