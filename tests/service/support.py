@@ -75,6 +75,7 @@ def stream(client: httpx.Client, method: str, url: str, *, stop_after: int | Non
     with client.stream(method, url, **kwargs) as resp:
         assert resp.status_code == 200, resp.read()
         assert resp.headers["content-type"].startswith("text/event-stream")
+        assert resp.headers.get_list("cache-control") == ["no-store"], resp.headers  # as docs/service.md promises
         for ev in read_sse(resp.iter_lines()):
             if ev.comment:
                 continue

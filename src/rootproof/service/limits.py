@@ -90,9 +90,10 @@ async def _problem(send: Send, status: int, detail: str, field: str) -> None:
 
 
 class NoStore:
-    """`Cache-Control: no-store` on the answers of `/api/*` and `/runs/*` that set none of their
-    own. A plain ASGI middleware: Starlette's `BaseHTTPMiddleware` (`@app.middleware("http")`)
-    raised `RuntimeError: No response returned.` with a traceback in the server's log each time a
+    """`Cache-Control: no-store` on every answer of `/api/*` and `/runs/*`, event streams included
+    (they came with the framework's `no-cache`, which lets a cache keep the run's evidence). A
+    plain ASGI middleware: Starlette's `BaseHTTPMiddleware` (`@app.middleware("http")`) raised
+    `RuntimeError: No response returned.` with a traceback in the server's log each time a
     client went away in the middle of its request."""
 
     def __init__(self, app: ASGIApp) -> None:
@@ -105,9 +106,8 @@ class NoStore:
 
         async def send_no_store(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = list(message.get("headers") or [])
-                if not any(k.lower() == b"cache-control" for k, _ in headers):
-                    message = {**message, "headers": [*headers, (b"cache-control", b"no-store")]}
+                headers = [(k, v) for k, v in message.get("headers") or [] if k.lower() != b"cache-control"]
+                message = {**message, "headers": [*headers, (b"cache-control", b"no-store")]}
             await send(message)
 
         await self.app(scope, receive, send_no_store)
