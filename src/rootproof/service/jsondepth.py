@@ -3,8 +3,8 @@
 Python's JSON decoder gives up on a document nested some thousands of levels deep with a
 `RecursionError` that says nothing of where. This scanner walks the text once, iteratively
 (strings and escapes skipped, no value decoded), and names the field the way the service's
-problems do (`alert.alerts[0].labels`), so a 100 000-deep `alert` is a problem naming `alert`
-rather than the whole body.
+problems do (`alerts[0].labels[0]`), so a 100 000-deep `alert` is a problem naming
+`alert[0][0][0]` rather than the whole body.
 """
 
 from __future__ import annotations
@@ -13,9 +13,6 @@ __all__ = ["DEPTH_LIMIT", "too_deep"]
 
 DEPTH_LIMIT = 256
 """Levels a field's path is followed to: a document the decoder refused nests deeper than this."""
-
-_WS = frozenset(" \t\r\n")
-
 
 _SHOWN = 4
 """Path components named: the field and a few levels into it (`alert[0][0][0]`), not thousands."""
