@@ -16,6 +16,7 @@ from rootproof.agent.draft import DiagnosisDraft, RootCause, parse_draft
 from rootproof.boundary.provenance import Span, record_key, untrusted_spans
 from rootproof.boundary.store import CanonicalStore, InvocationStatus
 from rootproof.evidence_sources import from_component, observes
+from rootproof.guard.entities import claim_mismatches, culprit_mismatch
 from rootproof.guard.rules import rules_for
 from rootproof.taxonomy import Taxonomy
 from rootproof.tools.refs import NO_EVIDENCE_PATH, normalize_text, ref_text
@@ -55,6 +56,7 @@ class ViolationCode(StrEnum):
     ROOT_CAUSE_UNCORROBORATED = "ROOT_CAUSE_UNCORROBORATED"
     RULED_OUT_UNTESTED = "RULED_OUT_UNTESTED"
     ROOT_CAUSE_NOT_DISCRIMINATED = "ROOT_CAUSE_NOT_DISCRIMINATED"
+    CITATION_ENTITY_MISMATCH = "CITATION_ENTITY_MISMATCH"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,6 +202,7 @@ class EvidenceGuard:
                             code=ViolationCode.CLAIM_REF_UNKNOWN, claim_id=cid, detail=f"contributing_causes[{i}]"
                         )
                     )
+        violations.extend(_entity_mismatches(draft, verified, culprits=root_cause_rules))
         if root_cause_rules:
             violations.extend(self._claim_rules(draft, verified))
         sources: list[dict[str, str]] = []
@@ -327,6 +330,30 @@ class EvidenceGuard:
             return [v for v in out if v.code in _PROVENANCE]
         out.extend(_ruled_out_untested(draft, verified))
         return out
+
+
+def _entity_mismatches(draft: DiagnosisDraft, verified: list[VerifiedCitation], *, culprits: bool) -> list[Violation]:
+    """EG-18: every claim agrees with the runtime refs it cites about the entities it names, and
+    each cause's culprit is cited by its own record (guard/entities.py)."""
+    out: list[Violation] = []
+    by_claim: dict[str, list[tuple[int, VerifiedCitation]]] = {}
+    for claim in draft.claims:
+        cits = [(i, c) for i, c in enumerate(v for v in verified if v.claim_id == claim.id) if _entity_ref(c)]
+        by_claim[claim.id] = cits
+        for idx, detail in claim_mismatches(claim.text, [(i, c.tool_name, c.raw_path, c.ref_text) for i, c in cits]):
+            out.append(Violation(code=ViolationCode.CITATION_ENTITY_MISMATCH, claim_id=claim.id, citation_index=idx, detail=detail))
+    if culprits:
+        for where, cause, claim_ids in _causes(draft):
+            refs = [(c.tool_name, c.raw_path, c.ref_text) for cid in sorted(claim_ids) for _, c in by_claim.get(cid, [])]
+            problem = culprit_mismatch(cause.culprit, refs)
+            if problem:
+                out.append(Violation(code=ViolationCode.CITATION_ENTITY_MISMATCH, detail=_at(Violation(code="", detail=problem), where).detail))
+    return out
+
+
+def _entity_ref(c: VerifiedCitation) -> bool:
+    """A ref the entity rule reads: runtime evidence (not a knowledge card, not `$.no_evidence`)."""
+    return c.data_source != "knowledge" and c.raw_path != NO_EVIDENCE_PATH
 
 
 _PROVENANCE = frozenset(
