@@ -16,7 +16,7 @@ from rootproof.agent.models.evidence_view import (
 )
 from rootproof.diagnosis.wording import blocker_culprit, limit_culprit
 from rootproof.evidence_sources import observes
-from rootproof.guard.entities import claim_mismatches, named, ref_entities
+from rootproof.guard.entities import claim_mismatches
 from rootproof.kb.signals import as_number, row_of
 from rootproof.taxonomy import recovery_policy
 from rootproof.tools.refs import parse_log_ref
@@ -50,7 +50,7 @@ class DraftStage(PlannerState):
             return {"invocation_id": h.invocation_id, "tool_name": h.tool, "raw_path": h.raw_path, "excerpt": _excerpt(h.text, anchors, h.spans)}
 
         def add_claim(text: str, kind: str, cits: list[dict[str, Any]]) -> str:
-            text, cits = _agreeing(text, cits, cited)
+            cits = _agreeing(text, cits, cited)
             cid = f"c{len(claims) + 1}"
             claims.append({"id": cid, "text": text, "kind": kind, "citations": cits})
             return cid
@@ -101,14 +101,10 @@ class DraftStage(PlannerState):
             f_hits = [h for f, hs in found if f.get("subject") for h in hs if h.key not in shown][:4]
             host = next((c for c in claims if c["id"] in rc_ids and len(c["citations"]) + len(f_hits) <= 8), None)
             if f_hits and host is not None:
-                # Within the claims cap: the readings join the first root-cause claim that has
-                # room, those about what it names (EG-18); the others get a claim of their own.
-                joined = _agreeing(host["text"], host["citations"] + [cite(h, []) for h in f_hits], cited)[1][len(host["citations"]) :]
-                keys = {(c["invocation_id"], c["raw_path"]) for c in joined}
-                host["citations"].extend(joined)
-                shown.update(keys)
-                f_hits = [h for h in f_hits if h.key not in keys]
-            if f_hits:
+                # Within the claims cap: the readings join the first root-cause claim that has room.
+                shown.update(h.key for h in f_hits)
+                host["citations"].extend(cite(h, []) for h in f_hits)
+            elif f_hits:
                 shown.update(h.key for h in f_hits)
                 ex = "; ".join(_excerpt(h.text, []) for h in f_hits[:3])
                 rc_ids.append(add_claim(f"根因证据（{label}）：“{ex}”" if zh else f"Root cause evidence ({label}): \"{ex}\"", "root_cause", [cite(h, []) for h in f_hits]))
@@ -162,11 +158,10 @@ class DraftStage(PlannerState):
                 anchors = signal_strings(sig)
                 elabel = _label(eff.component, eff.mechanism, zh)
                 ex = _excerpt(hits[0].text, anchors)
+                text = f"{elabel} 是 {label} 的结果：“{ex}”" if zh else f"{elabel} is a consequence of {label}: \"{ex}\""
                 cits = [cite(h, signal_strings(sg)) for sg, hs in eff_hits[:4] for h in hs[:2]]
-                # … and what shows the cause behind it: the root cause's discriminating evidence,
-                # quoted too, so that the claim names what each of its refs is about.
+                # … and what shows the cause behind it: the root cause's discriminating evidence.
                 cause = [cite(h, signal_strings(sg)) for sg, hs in ordered if sg.discriminating for h in hs[:1]][:2]
-                text = _consequence(elabel, label, ex, cause, zh)
                 cid = add_claim(text, "finding", cits[:6] + cause)
                 # As a root cause it is ruled out: what it shows is a consequence of the root cause.
                 hypotheses.append({"statement": f"{elabel} ({'由 ' + label + ' 引起，不是根因' if zh else 'explained by ' + label + ', not the root cause'})", "component": eff.component, "mechanism": eff.mechanism, "status": "explained", "claim_ids": [cid]})
@@ -181,7 +176,7 @@ class DraftStage(PlannerState):
                 elabel = _label(comp, mech, zh)
                 ex = _excerpt(hits[0].text, [])
                 cause = [cite(h, signal_strings(sg)) for sg, hs in ordered if sg.discriminating for h in hs[:1]][:2]
-                text = _consequence(elabel, label, ex, cause, zh)
+                text = f"{elabel} 是 {label} 的结果：“{ex}”" if zh else f"{elabel} is a consequence of {label}: \"{ex}\""
                 cid = add_claim(text, "finding", [cite(h, []) for h in hits[:3]] + cause)
                 hypotheses.append({"statement": f"{elabel} ({'由 ' + label + ' 引起，不是根因' if zh else 'explained by ' + label + ', not the root cause'})", "component": comp, "mechanism": mech, "status": "explained", "claim_ids": [cid]})
             # An alternative with a discriminating signal seen is not ruled out: it stays open.
@@ -578,31 +573,13 @@ class DraftStage(PlannerState):
         return f"{s.tool}{'/' + s.kind if s.kind else ''}: {what}"
 
 
-def _consequence(effect: str, cause_label: str, ex: str, cause: list[dict[str, Any]], zh: bool) -> str:
-    """A chain claim: the effect's quote, then the quote of the cause's first cited ref."""
-    text = f"{effect} 是 {cause_label} 的结果：“{ex}”" if zh else f"{effect} is a consequence of {cause_label}: \"{ex}\""
-    if cause:
-        more = cause[0]["excerpt"]
-        text += f"——“{more}”" if zh else f' (shown by "{more}")'
-    return text
-
-
-def _agreeing(text: str, cits: list[dict[str, Any]], cited: dict[tuple[str, str], Hit]) -> tuple[str, list[dict[str, Any]]]:
-    """The claim as the EvidenceGuard's entity rule (EG-18) wants it: the subject of its first
-    cited row named in its text (a row quoted in part may leave its pid out), and any further
-    citation that is about something else than what the claim names left out."""
-    def refs(cs: list[dict[str, Any]]) -> list[tuple[int, str, str, str]]:
-        out = []
-        for i, c in enumerate(cs):
-            h = cited.get((c["invocation_id"], c["raw_path"]))
-            if h is not None and h.data_source != "knowledge" and c["raw_path"] != "$.no_evidence":
-                out.append((i, h.tool, h.raw_path, h.text))
-        return out
-
-    first = refs(cits[:1])
-    if first:
-        subject = ref_entities(first[0][1], first[0][2], first[0][3]).subject
-        if subject is not None and subject not in named(text):
-            text = f"{text} ({subject[0]} {subject[1]})"
-    bad = {i for i, _ in claim_mismatches(text, refs(cits)) if i}
-    return text, [c for i, c in enumerate(cits) if i not in bad]
+def _agreeing(text: str, cits: list[dict[str, Any]], cited: dict[tuple[str, str], Hit]) -> list[dict[str, Any]]:
+    """The claim's citations less any the EvidenceGuard's entity rule (EG-18) would find about
+    something else than what the claim's own words name (its first citation always stays)."""
+    refs = []
+    for i, c in enumerate(cits):
+        h = cited.get((c["invocation_id"], c["raw_path"]))
+        if h is not None and h.data_source != "knowledge" and c["raw_path"] != "$.no_evidence":
+            refs.append((i, h.tool, h.raw_path, h.text))
+    bad = {i for i, _ in claim_mismatches(text, refs) if i}
+    return [c for i, c in enumerate(cits) if i not in bad]

@@ -19,9 +19,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from functools import lru_cache
 
-__all__ = ["Entity", "RefEntities", "claim_mismatches", "culprit_mismatch", "named", "ref_entities"]
+from rootproof.tools.refs import normalize_text
+
+__all__ = ["Entity", "RefEntities", "claim_mismatches", "culprit_mismatch", "named", "own_words", "ref_entities"]
 
 Entity = tuple[str, str]
 """(type, value): ("pid", "21328"), ("addr", "10.0.0.7"), ("route", "POST /orders") …"""
@@ -54,6 +57,8 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 _LISTS = re.compile(r"\"(?:blocking_pids|pids|waiting_pids)\"\s*:\s*\[([\d,\s]{0,400})\]")
 _SUBJECT_FIELDS = (("pid", "pid"), ("client", "id"))
 _MAX_TEXT = 8000
+QUOTE_MIN = 16
+"""The shortest stretch of a claim read as a quote of a cited ref."""
 
 
 @lru_cache(maxsize=4096)
@@ -132,14 +137,35 @@ def _present(entity: Entity, text: str) -> bool:
     return value.casefold() in text.casefold()
 
 
+def own_words(claim_text: str, ref_texts: list[str]) -> str:
+    """The claim's text less what it quotes: every stretch of at least `QUOTE_MIN` characters
+    that occurs verbatim (after `normalize_text`) in one of its cited refs is cut out. A quote
+    says what its own ref shows; the claim's own words say what the claim is about."""
+    rest = normalize_text(claim_text)[:_MAX_TEXT]
+    refs = [normalize_text(t)[:_MAX_TEXT] for t in ref_texts]
+    for _ in range(12):
+        best = None
+        for ref in refs:
+            m = SequenceMatcher(None, rest, ref, autojunk=False).find_longest_match(0, len(rest), 0, len(ref))
+            if m.size >= QUOTE_MIN and (best is None or m.size > best.size):
+                best = m
+        if best is None:
+            break
+        rest = rest[: best.a] + " \x00 " + rest[best.a + best.size :]
+    return rest
+
+
 def claim_mismatches(claim_text: str, refs: list[tuple[int, str, str, str]]) -> list[tuple[int | None, str]]:
     """EG-18 for one claim: `refs` are its cited runtime refs as (citation index, tool, raw path,
-    text). Every entity the claim names occurs in some cited ref, and every cited ref is about
-    the claim: a row whose subject is of a type the claim names is the row of one it names; any
-    other ref that names entities of the `ABOUT_TYPES` names at least one the claim names. Returns (citation index or
-    None, detail) for each mismatch."""
-    claim = named(claim_text)
-    if not claim or not refs:
+    text). What the claim names in its own words (`own_words`: quotes of its refs cut out)
+    occurs in some cited ref, and every cited ref is about it: a row whose subject is of a type
+    the claim names is the row of one it names; any other ref that names entities of the
+    `ABOUT_TYPES` names at least one the claim names. Returns (citation index or None, detail)
+    for each mismatch."""
+    if not refs or not named(claim_text):
+        return []
+    claim = named(own_words(claim_text, [text for _, _, _, text in refs]))
+    if not claim:
         return []
     out: list[tuple[int | None, str]] = []
     missing = sorted(e for e in claim if not any(_present(e, text) for _, _, _, text in refs))
