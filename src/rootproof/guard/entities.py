@@ -19,12 +19,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from difflib import SequenceMatcher
 from functools import lru_cache
 
 from rootproof.tools.refs import normalize_text
 
-__all__ = ["Entity", "RefEntities", "claim_mismatches", "culprit_mismatch", "named", "own_words", "ref_entities"]
+__all__ = ["Entity", "RefEntities", "claim_mismatches", "culprit_mismatch", "named", "occurrences", "own_entities", "ref_entities"]
 
 Entity = tuple[str, str]
 """(type, value): ("pid", "21328"), ("addr", "10.0.0.7"), ("route", "POST /orders") …"""
@@ -61,22 +60,28 @@ QUOTE_MIN = 16
 """The shortest stretch of a claim read as a quote of a cited ref."""
 
 
-@lru_cache(maxsize=4096)
-def named(text: str) -> frozenset[Entity]:
-    """The entities `text` names (its first 8000 characters)."""
+def occurrences(text: str) -> list[tuple[Entity, int, int]]:
+    """Each entity `text` names, with the span of the words that name it (first 8000 characters)."""
     text = text[:_MAX_TEXT]
-    out: set[Entity] = set()
+    out: list[tuple[Entity, int, int]] = []
     for kind, pattern in _PATTERNS:
         for m in pattern.finditer(text):
             if _cut(text, m):
                 continue  # a number at the very end of a quote may be cut short: no entity
             if kind == "route":
-                out.add((kind, f"{m.group(1)} {m.group(2).rstrip('/') or '/'}"))
+                value = f"{m.group(1)} {m.group(2).rstrip('/') or '/'}"
             else:
-                out.add((kind, m.group(1).casefold() if kind in ("relation", "database", "service") else m.group(1)))
+                value = m.group(1).casefold() if kind in ("relation", "database", "service") else m.group(1)
+            out.append(((kind, value), m.start(), m.end()))
     for m in _LISTS.finditer(text):
-        out.update(("pid", p) for p in re.findall(r"\d+", m.group(1)))
-    return frozenset(out)
+        out.extend((("pid", p.group()), m.start(), m.end()) for p in re.finditer(r"\d+", m.group(1)))
+    return out
+
+
+@lru_cache(maxsize=4096)
+def named(text: str) -> frozenset[Entity]:
+    """The entities `text` names."""
+    return frozenset(e for e, _, _ in occurrences(text))
 
 
 _CLOSING = frozenset('"”’」』\'')
@@ -137,34 +142,46 @@ def _present(entity: Entity, text: str) -> bool:
     return value.casefold() in text.casefold()
 
 
-def own_words(claim_text: str, ref_texts: list[str]) -> str:
-    """The claim's text less what it quotes: every stretch of at least `QUOTE_MIN` characters
-    that occurs verbatim (after `normalize_text`) in one of its cited refs is cut out. A quote
-    says what its own ref shows; the claim's own words say what the claim is about."""
-    rest = normalize_text(claim_text)[:_MAX_TEXT]
-    refs = [normalize_text(t)[:_MAX_TEXT] for t in ref_texts]
-    for _ in range(12):
-        best = None
-        for ref in refs:
-            m = SequenceMatcher(None, rest, ref, autojunk=False).find_longest_match(0, len(rest), 0, len(ref))
-            if m.size >= QUOTE_MIN and (best is None or m.size > best.size):
-                best = m
-        if best is None:
-            break
-        rest = rest[: best.a] + " \x00 " + rest[best.a + best.size :]
-    return rest
+def own_entities(claim_text: str, ref_texts: list[str]) -> frozenset[Entity]:
+    """The entities a claim names in its own words: an entity whose naming words lie inside a
+    stretch of at least `QUOTE_MIN` characters found verbatim (after `normalize_text`) in one of
+    its cited refs is quoted from that ref, which says what the ref shows, not what the claim
+    is about; the others are the claim's own."""
+    text = normalize_text(claim_text)
+    refs = [normalize_text(t)[: _MAX_TEXT * 2] for t in ref_texts]
+    return frozenset(e for e, start, end in occurrences(text) if not any(_quoted(text, start, end, ref) for ref in refs))
+
+
+def _quoted(text: str, start: int, end: int, ref: str) -> bool:
+    """Whether `text[start:end]`, widened on both sides while it matches, is a stretch of `ref`
+    of at least `QUOTE_MIN` characters (the first 64 places it occurs in `ref` are tried)."""
+    token = text[start:end]
+    pos = ref.find(token)
+    for _ in range(64):
+        if pos < 0:
+            return False
+        i, j = start, pos
+        while i > 0 and j > 0 and text[i - 1] == ref[j - 1]:
+            i, j = i - 1, j - 1
+        k, m = end, pos + len(token)
+        while k < len(text) and m < len(ref) and text[k] == ref[m]:
+            k, m = k + 1, m + 1
+        if k - i >= QUOTE_MIN:
+            return True
+        pos = ref.find(token, pos + 1)
+    return False
 
 
 def claim_mismatches(claim_text: str, refs: list[tuple[int, str, str, str]]) -> list[tuple[int | None, str]]:
     """EG-18 for one claim: `refs` are its cited runtime refs as (citation index, tool, raw path,
-    text). What the claim names in its own words (`own_words`: quotes of its refs cut out)
+    text). What the claim names in its own words (`own_entities`: not quoting its refs)
     occurs in some cited ref, and every cited ref is about it: a row whose subject is of a type
     the claim names is the row of one it names; any other ref that names entities of the
     `ABOUT_TYPES` names at least one the claim names. Returns (citation index or None, detail)
     for each mismatch."""
     if not refs or not named(claim_text):
         return []
-    claim = named(own_words(claim_text, [text for _, _, _, text in refs]))
+    claim = own_entities(claim_text, [text for _, _, _, text in refs])
     if not claim:
         return []
     out: list[tuple[int | None, str]] = []
