@@ -33,6 +33,7 @@ from rootproof.eval.guard_sources import (
     choose_excerpt,
 )
 from rootproof.evidence_sources import names_component, observed_components
+from rootproof.guard.entities import ABOUT_TYPES, named, ref_entities
 from rootproof.kb.cards import Card, Hypothesis
 from rootproof.tools.base import TOOLS
 from rootproof.tools.refs import NO_EVIDENCE_PATH, EvidenceRef, normalize_text
@@ -877,6 +878,145 @@ def _m_contributing_claim_ref_unknown(
     return d, None, None
 
 
+# -- claims that cite a neighbour (EG-18) ----------------------------------------------------------
+def _subject(inv: CanonicalInvocation, ref: EvidenceRef) -> tuple[str, str] | None:
+    return ref_entities(inv.tool_name, ref.raw_path, ref.text).subject
+
+
+def _names(text: str, value: str) -> bool:
+    """Whether `value` (a number) occurs in `text` as a whole number."""
+    return re.search(r"(?<!\d)" + re.escape(value) + r"(?!\d)", text) is not None
+
+
+def _other_texts(claim: dict[str, Any], keep: dict[str, Any], ctx: _Ctx) -> list[str]:
+    """The texts of the claim's other cited refs."""
+    out = []
+    for cit in claim["citations"]:
+        if cit is keep:
+            continue
+        found = _ref_of(ctx.store, cit)
+        if found is not None:
+            out.append(found[1].text)
+    return out
+
+
+def _m_citation_sibling_row(
+    case: BenchCase, ctx: _Ctx
+) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    """A claim that names a session (or client) by quoting its row now cites a sibling row of the
+    same call, another session's; no other ref it cites names the first."""
+    d = copy.deepcopy(case.draft)
+    options = []
+    for claim in d["claims"]:
+        if claim["kind"] == "negative_observation":
+            continue
+        for cit in claim["citations"]:
+            found = _ref_of(ctx.store, cit)
+            if found is None or not cit["raw_path"].startswith("$.rows["):
+                continue
+            inv, ref = found
+            subj = _subject(inv, ref)
+            if subj is None or subj not in named(claim["text"]):
+                continue
+            if any(_names(t, subj[1]) for t in _other_texts(claim, cit, ctx)):
+                continue
+            siblings = [
+                r
+                for r in inv.evidence_refs
+                if r.raw_path.startswith("$.rows[") and r.raw_path != ref.raw_path
+                and (s2 := _subject(inv, r)) is not None and s2[0] == subj[0] and s2 != subj
+                and not _names(claim["text"], s2[1])
+            ]
+            if siblings:
+                options.append((claim, cit, inv, siblings))
+    if not options:
+        return None
+    claim, cit, inv, siblings = ctx.rng.choice(options)
+    sib = ctx.rng.choice(siblings)
+    cit.update(_cite(inv, sib, choose_excerpt(inv, sib, ctx.rng)))
+    return d, str(claim["id"]), None
+
+
+def _m_citation_unrelated_line(
+    case: BenchCase, ctx: _Ctx
+) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    """A finding (or a ruled-out alternative) that names a session, transaction, address,
+    relation or database by quoting a line now cites a line about something else."""
+    d = copy.deepcopy(case.draft)
+    lines = [
+        (inv, r)
+        for inv, r in _countable_refs(case.run)
+        if r.raw_path.startswith(("$.lines[", "$.entries[")) and any(k in ABOUT_TYPES for k, _ in named(r.text))
+    ]
+    options = []
+    for claim in d["claims"]:
+        if claim["kind"] != "finding":
+            continue
+        for cit in claim["citations"]:
+            found = _ref_of(ctx.store, cit)
+            if found is None or not cit["raw_path"].startswith(("$.lines[", "$.entries[")):
+                continue
+            others = _other_texts(claim, cit, ctx)
+            named_here = [
+                e for e in named(claim["text"]) & named(found[1].text)
+                if e[0] in ABOUT_TYPES and not any(e[1].casefold() in t.casefold() for t in others)
+            ]
+            if not named_here:
+                continue
+            unrelated = [
+                (inv, r) for inv, r in lines
+                if not any(e[1].casefold() in r.text.casefold() for e in named_here)
+            ]
+            if unrelated:
+                options.append((claim, cit, unrelated))
+    if not options:
+        return None
+    claim, cit, unrelated = ctx.rng.choice(options)
+    inv, ref = ctx.rng.choice(unrelated)
+    cit.update(_cite(inv, ref, choose_excerpt(inv, ref, ctx.rng)))
+    return d, str(claim["id"]), None
+
+
+def _m_culprit_waiter_row(
+    case: BenchCase, ctx: _Ctx
+) -> tuple[Draft, str | None, CanonicalStore | None] | None:
+    """The root cause names a blocking session as its culprit; its claims now cite, instead of
+    the blocker's own row, the row of a session waiting for it (which lists the blocker in
+    `blocking_pids`)."""
+    rc = case.draft.get("root_cause")
+    culprit = named((rc or {}).get("culprit") or "")
+    if not rc or not culprit:
+        return None
+    d = copy.deepcopy(case.draft)
+    rc = d["root_cause"]
+    rc_claims = [c for c in d["claims"] if c["id"] in rc["claim_ids"] or c["kind"] == "root_cause"]
+    own = []
+    for claim in rc_claims:
+        for cit in claim["citations"]:
+            found = _ref_of(ctx.store, cit)
+            if found is not None and cit["raw_path"].startswith("$.rows["):
+                subj = _subject(*found)
+                if subj is not None and subj in culprit:
+                    own.append((cit, subj))
+    if not own:
+        return None
+    blocker = own[0][1]
+    waiters = [
+        (inv, r)
+        for inv, r in _countable_refs(case.run)
+        if r.raw_path.startswith("$.rows[")
+        and (s2 := _subject(inv, r)) is not None and s2[0] == blocker[0] and s2 != blocker
+        and re.search(r'"blocking_pids":\[[^\]]*(?<!\d)' + re.escape(blocker[1]) + r"(?!\d)", r.text)
+    ]
+    if not waiters:
+        return None
+    for cit, subj in own:
+        if subj == blocker:
+            inv, ref = ctx.rng.choice(waiters)
+            cit.update(_cite(inv, ref, choose_excerpt(inv, ref, ctx.rng)))
+    return d, None, None
+
+
 MUTATORS: dict[str, Mutator] = {
     "fabricated_invocation_id": _m_fabricated,
     "foreign_invocation_id": _m_foreign,
@@ -905,6 +1045,9 @@ MUTATORS: dict[str, Mutator] = {
     "contributing_injected": _m_contributing_injected,
     "contributing_uncorroborated": _m_contributing_uncorroborated,
     "contributing_claim_ref_unknown": _m_contributing_claim_ref_unknown,
+    "citation_sibling_row": _m_citation_sibling_row,
+    "citation_unrelated_line": _m_citation_unrelated_line,
+    "culprit_waiter_row": _m_culprit_waiter_row,
 }
 
 

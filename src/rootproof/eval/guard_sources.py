@@ -56,6 +56,9 @@ MUTATIONS: dict[str, str] = {
     "contributing_injected": "ROOT_CAUSE_INJECTED",
     "contributing_uncorroborated": "ROOT_CAUSE_UNCORROBORATED",
     "contributing_claim_ref_unknown": "CLAIM_REF_UNKNOWN",
+    "citation_sibling_row": "CITATION_ENTITY_MISMATCH",
+    "citation_unrelated_line": "CITATION_ENTITY_MISMATCH",
+    "culprit_waiter_row": "CITATION_ENTITY_MISMATCH",
 }
 """Mutation kind → the expected violation code (or UNSUPPORTED, the mutated claim's verdict)."""
 
@@ -163,11 +166,15 @@ class BenchCase:
 
     @property
     def caught(self) -> bool:
-        """Mutations: the expected code fired (or the mutated claim is UNSUPPORTED)."""
+        """Mutations: the expected code fired (or the mutated claim is UNSUPPORTED, or refused
+        for CITATION_ENTITY_MISMATCH before the judge saw it)."""
         d = self.decision
         if d is None or self.expected is None:
             return False
         if self.expected == "UNSUPPORTED":
+            # A claim naming what its refs do not (an entity swapped) is refused by code first.
+            if any(v.code == "CITATION_ENTITY_MISMATCH" and v.claim_id == self.claim_id for v in d.evidence.violations):
+                return True
             if d.semantic is None:
                 return False
             return any(
