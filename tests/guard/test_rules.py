@@ -21,7 +21,7 @@ from rootproof.settings import load_settings
 
 def test_the_packaged_file_names_every_check_exactly() -> None:
     rs = rule_set()
-    assert rs.version.startswith("guard-rules-v2+") and len(rs.version.split("+")[1]) == 12
+    assert rs.version.startswith("guard-rules-v3+") and len(rs.version.split("+")[1]) == 12
     for section, codes in (
         ("evidence_guard", ViolationCode),
         ("semantic_guard.common", GuardCode),
@@ -44,7 +44,7 @@ def _edited(tmp_path: Path, edit: object) -> Path:
 
 def test_a_file_that_drops_a_check_is_refused(tmp_path: Path) -> None:
     path = _edited(tmp_path, lambda d: d["evidence_guard"].pop())
-    with pytest.raises(ConfigError, match=r"evidence_guard: the rules must name every check exactly \(missing ROOT_CAUSE_NOT_DISCRIMINATED\)"):
+    with pytest.raises(ConfigError, match=r"evidence_guard: the rules must name every check exactly \(missing CITATION_ENTITY_MISMATCH\)"):
         load_rule_set(path).section("evidence_guard", ViolationCode)
 
 
