@@ -102,3 +102,65 @@ def test_targets_check_names_a_dead_target(tmp_path: Path) -> None:
     assert "orders-db (postgres): usable" in out.stdout
     assert "dead-db (postgres): NOT USABLE" in out.stdout
     assert "dead-db" in out.stderr
+
+
+def test_the_root_cause_cites_the_blockers_own_row_not_a_bystanders(tmp_path: Path) -> None:
+    """A blocker, two waiters and an unrelated session idle in transaction (it holds a
+    transaction id and blocks nothing): the published root cause cites the blocker's own row;
+    the same draft with that citation moved to the bystander's row is withheld (EG-18)."""
+    import psycopg
+
+    from rootproof.agent.draft import Citation
+    from rootproof.guard.entities import ref_entities
+    from rootproof.guard.evidence import EvidenceGuard
+    from rootproof.harness import memory_harness
+    from rootproof.settings import load_settings
+    from rootproof.targets import load_targets
+
+    with private_database() as dsn, row_lock(dsn, waiters=2) as lock:
+        bystander = psycopg.connect(dsn, application_name="report-console")
+        try:
+            bystander.execute("SELECT txid_current()")  # idle in transaction from here on
+            loaded = load_targets(_targets(tmp_path / "t.yaml", dsn))
+            h = memory_harness(load_settings(data_dir=tmp_path / "home", deadline_s=90))
+            try:
+                out = h.diagnose(QUESTION, targets=loaded)
+                by_pid = bystander.info.backend_pid
+                assert out.release_outcome == "PUBLISHED" and out.draft is not None and out.draft.root_cause is not None, out.content
+                assert (out.draft.root_cause.component, out.draft.root_cause.mechanism) == ("postgresql", "row_lock_contention")
+                draft = out.draft
+                rc_ids = set(draft.root_cause.claim_ids) | {c.id for c in draft.claims if c.kind == "root_cause"}
+
+                def subject(cit: Citation) -> str | None:
+                    inv = h.canonical.get(cit.invocation_id)
+                    ref = inv.ref(cit.raw_path) if inv else None
+                    s = ref_entities(inv.tool_name, ref.raw_path, ref.text).subject if inv and ref else None
+                    return s[1] if s and s[0] == "pid" else None
+
+                rc_cits = [c for cl in draft.claims if cl.id in rc_ids for c in cl.citations]
+                assert str(lock.holder_pid) in {subject(c) for c in rc_cits}, [(c.raw_path, c.excerpt[:120]) for c in rc_cits]
+                assert str(by_pid) not in {subject(c) for cl in draft.claims for c in cl.citations}, [(cl.text[:150], [(c.raw_path, c.excerpt[:100]) for c in cl.citations if subject(c) == str(by_pid)]) for cl in draft.claims]
+                # The scripted draft: the blocker's rows swapped for the bystander's, same claims.
+                swapped = 0
+                claims = []
+                for cl in draft.claims:
+                    cits = []
+                    for c in cl.citations:
+                        inv = h.canonical.get(c.invocation_id)
+                        if cl.id in rc_ids and inv is not None and subject(c) == str(lock.holder_pid):
+                            other = next((r for r in inv.evidence_refs if ref_entities(inv.tool_name, r.raw_path, r.text).subject == ("pid", str(by_pid))), None)
+                            if other is not None:
+                                c = c.model_copy(update={"raw_path": other.raw_path, "excerpt": other.text[:200]})
+                                swapped += 1
+                        cits.append(c)
+                    claims.append(cl.model_copy(update={"citations": cits}))
+                assert swapped, "the bystander's session was not in the evidence the root cause cites"
+                wrong = draft.model_copy(update={"claims": claims})
+                result = EvidenceGuard(h.canonical, cards=h.cards()).check(wrong, run_id=out.run_id)
+                assert not result.passed and "CITATION_ENTITY_MISMATCH" in result.codes, result.as_dict()["violations"]
+                details = " ".join(v.detail for v in result.violations if v.code == "CITATION_ENTITY_MISMATCH")
+                assert f"pid {by_pid}" in details and str(lock.holder_pid) in details, details
+            finally:
+                h.runtime.close()
+        finally:
+            bystander.close()

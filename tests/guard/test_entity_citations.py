@@ -155,3 +155,23 @@ def test_entity_reading() -> None:
     assert own_entities('see "process 26616 still waiting for ShareLock"', ["LOG: process 26616 still waiting for ShareLock on"]) == frozenset()
     assert claim_mismatches("no entities here", [(0, "query_logs", "$.entries[0]", "process 1 exited")]) == []
     assert culprit_mismatch("", [("query_logs", "$.entries[0]", "x")]) is None
+
+
+def test_a_cause_and_the_symptoms_it_explains_stay_on_the_culprits_chain() -> None:
+    """The bystander's row (idle in transaction: a row-lock signal too) cited by a root-cause
+    claim, or by a symptom the root cause is said to explain, is withheld; the waiter's and the
+    blocker's rows stand."""
+    ev = Evidence()
+    s, q = sessions(ev), lock_log(ev)
+    wait = ev.cite(q, 0, "process 26616 still waiting for ShareLock on transaction 90211")
+    chain = [row_cite(ev, s, 0), row_cite(ev, s, 1), wait]
+    with_bystander = [{"id": "c1", "text": "Root cause evidence", "kind": "root_cause", "citations": [*chain, row_cite(ev, s, 2)]}]
+    found = ev_check(ev, rc_draft(with_bystander, "pid 26523 blocks 1 session(s)"))
+    assert len(found) == 1 and "pid 26609" in found[0]["detail"], found
+    base = [{"id": "c1", "text": "Root cause evidence", "kind": "root_cause", "citations": chain}]
+    explained = rc_draft([*base, {"id": "c2", "text": "connection pool leak is a consequence of the row lock", "kind": "finding", "citations": [row_cite(ev, s, 2)]}], "pid 26523")
+    explained["hypotheses"] = [{"statement": "pool leak", "component": "connection_pool", "mechanism": "pool_leak", "status": "explained", "claim_ids": ["c2"]}]
+    found = ev_check(ev, explained)
+    assert [(v["claim_id"], v["citation_index"]) for v in found] == [("c2", 0)], found
+    explained["claims"][1]["citations"] = [row_cite(ev, s, 1)]
+    assert ev_check(ev, explained) == []

@@ -16,7 +16,7 @@ from rootproof.agent.models.evidence_view import (
 )
 from rootproof.diagnosis.wording import blocker_culprit, limit_culprit
 from rootproof.evidence_sources import observes
-from rootproof.guard.entities import claim_mismatches
+from rootproof.guard.entities import claim_mismatches, culprit_strays
 from rootproof.kb.signals import as_number, row_of
 from rootproof.taxonomy import recovery_policy
 from rootproof.tools.refs import parse_log_ref
@@ -66,9 +66,22 @@ class DraftStage(PlannerState):
             rc_ids = []
             ordered = sorted(best.hits, key=lambda sh: -sh[0].weight)
             shown: set[tuple[str, str]] = set()
+            # What the analyzers found for it, read in the whole results: its refs (the raw
+            # values: the limit and the reading, the blocker's own row) are cited.
+            found = self._findings(best.key, observations)
+            # The root blocker's own session row (its activity, not a waiter's row naming it).
+            own = self._own_row([f for f, _ in found], observations)
+            own_row = row_of(own.tool, own.text) if own is not None else None
+            culprit = limit_culprit([f for f, _ in found], zh) or blocker_culprit([f for f, _ in found], zh, own_row) or self._culprit(best)
+
+            def chain(x: Hit, who: str = culprit) -> bool:
+                """Not the row of a session outside the culprit's chain (EG-18): an unrelated
+                session idle in transaction matches a row-lock signal too."""
+                return not culprit_strays(who, [(x.tool, x.raw_path, x.text)])
+
             for sig, hits in ordered[:6]:
                 anchors = signal_strings(sig)
-                fresh = [x for x in hits if (x.invocation_id, x.raw_path) not in shown]
+                fresh = [x for x in hits if (x.invocation_id, x.raw_path) not in shown and chain(x)]
                 if not fresh:
                     continue  # every ref of this signal is already quoted by an earlier claim
                 hits = fresh
@@ -77,7 +90,7 @@ class DraftStage(PlannerState):
                 ex = _excerpt(h.text, anchors)
                 text = f"根因证据（{label}）：“{ex}”" if zh else f"Root cause evidence ({label}): \"{ex}\""
                 rc_ids.append(add_claim(text, "root_cause", [cite(x, anchors) for x in hits[:4]]))
-            rest = [(sig, h) for sig, hits in ordered[6:] for h in hits[:2]]
+            rest = [(sig, h) for sig, hits in ordered[6:] for h in [x for x in hits if chain(x)][:2]]
             if rest:
                 ex = _excerpt(rest[0][1].text, signal_strings(rest[0][0]))
                 text = f"更多支持证据（{label}）：“{ex}”" if zh else f"More evidence for {label}: \"{ex}\""
@@ -93,12 +106,9 @@ class DraftStage(PlannerState):
             if card_ref is not None:
                 ex = _excerpt(card_ref.text, [])
                 kc_ids.append(add_claim(f"知识卡片：“{ex}”" if zh else f"Knowledge card: \"{ex}\"", "finding", [cite(card_ref, [])]))
-            # What the analyzers found for it, read in the whole results: its refs (the raw
-            # values: the limit and the reading, the blocker's own row) are cited.
-            found = self._findings(best.key, observations)
             # Only a finding about a subject (the limit that ran out, the root blocker) is quoted:
             # a hint (who waits, which transactions are open) names no one.
-            f_hits = [h for f, hs in found if f.get("subject") for h in hs if h.key not in shown][:4]
+            f_hits = [h for f, hs in found if f.get("subject") for h in hs if h.key not in shown and chain(h)][:4]
             host = next((c for c in claims if c["id"] in rc_ids and len(c["citations"]) + len(f_hits) <= 8), None)
             if f_hits and host is not None:
                 # Within the claims cap: the readings join the first root-cause claim that has room.
@@ -108,16 +118,12 @@ class DraftStage(PlannerState):
                 shown.update(h.key for h in f_hits)
                 ex = "; ".join(_excerpt(h.text, []) for h in f_hits[:3])
                 rc_ids.append(add_claim(f"根因证据（{label}）：“{ex}”" if zh else f"Root cause evidence ({label}): \"{ex}\"", "root_cause", [cite(h, []) for h in f_hits]))
-            # The root blocker's own session row (its activity, not a waiter's row naming it).
-            own = self._own_row([f for f, _ in found], observations)
-            own_row = row_of(own.tool, own.text) if own is not None else None
-            culprit = limit_culprit([f for f, _ in found], zh) or blocker_culprit([f for f, _ in found], zh, own_row) or self._culprit(best)
-            if own is not None and own.key not in shown:
+            if own is not None and own.key not in shown and chain(own):
                 shown.add(own.key)
                 ex = _excerpt(own.text, [])
                 rc_ids.append(add_claim(f"罪魁（{label}）：“{ex}”" if zh else f"Culprit ({label}): \"{ex}\"", "root_cause", [cite(own, [])]))
             culprit_hit = self._culprit_hit(best)
-            if culprit_hit is not None:
+            if culprit_hit is not None and chain(culprit_hit):
                 # The ref that names the culprit is cited by a root-cause claim of its own (or
                 # is already quoted by one).
                 if culprit_hit.key not in shown:
@@ -129,7 +135,8 @@ class DraftStage(PlannerState):
                 if len(claims) >= 10:
                     break
                 co_label = _label(co.component, co.mechanism, zh)
-                co_hits = [(sg, [h for h in hs if h.key not in shown]) for sg, hs in sorted(co.hits, key=lambda sh: -sh[0].weight)]
+                co_culprit = self._culprit(co)
+                co_hits = [(sg, [h for h in hs if h.key not in shown and chain(h, co_culprit)]) for sg, hs in sorted(co.hits, key=lambda sh: -sh[0].weight)]
                 co_hits = [(sg, hs) for sg, hs in co_hits if hs]
                 if not co_hits:
                     continue
@@ -137,12 +144,12 @@ class DraftStage(PlannerState):
                 ex = _excerpt(hs0[0].text, signal_strings(sg0))
                 cits = [cite(h, signal_strings(sg)) for sg, hs in co_hits[:4] for h in hs[:2]]
                 co_hit = self._culprit_hit(co)
-                if co_hit is not None and co_hit.key not in {(c["invocation_id"], c["raw_path"]) for c in cits}:
+                if co_hit is not None and chain(co_hit, co_culprit) and co_hit.key not in {(c["invocation_id"], c["raw_path"]) for c in cits}:
                     cits.append(cite(co_hit, []))
                 shown.update((c["invocation_id"], c["raw_path"]) for c in cits)
                 text = f"独立的促成原因（{co_label}）：“{ex}”" if zh else f"Contributing cause, on independent evidence ({co_label}): \"{ex}\""
                 cid = add_claim(text, "root_cause", cits[:8])
-                contributing_out.append({"component": co.component, "mechanism": co.mechanism, "culprit": self._culprit(co), "claim_ids": [cid]})
+                contributing_out.append({"component": co.component, "mechanism": co.mechanism, "culprit": co_culprit, "claim_ids": [cid]})
                 hypotheses.append({"statement": co_label, "component": co.component, "mechanism": co.mechanism, "status": "confirmed", "claim_ids": [cid]})
                 written_co.add(co.key)
             hypotheses.append({"statement": label, "component": best.component, "mechanism": best.mechanism, "status": "confirmed", "claim_ids": rc_ids + kc_ids})
@@ -153,7 +160,11 @@ class DraftStage(PlannerState):
             for eff in effects:
                 if len(claims) >= (11 if eff.key in symptoms() else 10):
                     break
-                eff_hits = sorted(eff.hits, key=lambda sh: -sh[0].weight)
+                # A symptom is explained by the root cause through the culprit's chain: the row
+                # of an unrelated session is no consequence of it (EG-18).
+                eff_hits = [(sg, kept) for sg, hs in sorted(eff.hits, key=lambda sh: -sh[0].weight) if (kept := [h for h in hs if chain(h)])]
+                if not eff_hits:
+                    continue
                 sig, hits = eff_hits[0]
                 anchors = signal_strings(sig)
                 elabel = _label(eff.component, eff.mechanism, zh)
@@ -161,21 +172,22 @@ class DraftStage(PlannerState):
                 text = f"{elabel} 是 {label} 的结果：“{ex}”" if zh else f"{elabel} is a consequence of {label}: \"{ex}\""
                 cits = [cite(h, signal_strings(sg)) for sg, hs in eff_hits[:4] for h in hs[:2]]
                 # … and what shows the cause behind it: the root cause's discriminating evidence.
-                cause = [cite(h, signal_strings(sg)) for sg, hs in ordered if sg.discriminating for h in hs[:1]][:2]
+                cause = [cite(h, signal_strings(sg)) for sg, hs in ordered if sg.discriminating for h in [x for x in hs if chain(x)][:1]][:2]
                 cid = add_claim(text, "finding", cits[:6] + cause)
                 # As a root cause it is ruled out: what it shows is a consequence of the root cause.
                 hypotheses.append({"statement": f"{elabel} ({'由 ' + label + ' 引起，不是根因' if zh else 'explained by ' + label + ', not the root cause'})", "component": eff.component, "mechanism": eff.mechanism, "status": "explained", "claim_ids": [cid]})
             # A symptom an analyzer read (a proxy's timeouts per upstream) that the root cause can
             # explain is stated in the chain too, citing its own lines and the cause's evidence.
             written_effects = {c.key for c in effects}
-            for key, hits in self._symptom_findings(observations):
-                if len(claims) >= 11 or key in written_effects or key == best.key or not explains(best.key, key):
+            for key, all_hits in self._symptom_findings(observations):
+                hits = [h for h in all_hits if chain(h)]
+                if not hits or len(claims) >= 11 or key in written_effects or key == best.key or not explains(best.key, key):
                     continue
                 written_effects.add(key)
                 comp, _, mech = key.partition("/")
                 elabel = _label(comp, mech, zh)
                 ex = _excerpt(hits[0].text, [])
-                cause = [cite(h, signal_strings(sg)) for sg, hs in ordered if sg.discriminating for h in hs[:1]][:2]
+                cause = [cite(h, signal_strings(sg)) for sg, hs in ordered if sg.discriminating for h in [x for x in hs if chain(x)][:1]][:2]
                 text = f"{elabel} 是 {label} 的结果：“{ex}”" if zh else f"{elabel} is a consequence of {label}: \"{ex}\""
                 cid = add_claim(text, "finding", [cite(h, []) for h in hits[:3]] + cause)
                 hypotheses.append({"statement": f"{elabel} ({'由 ' + label + ' 引起，不是根因' if zh else 'explained by ' + label + ', not the root cause'})", "component": comp, "mechanism": mech, "status": "explained", "claim_ids": [cid]})
@@ -218,7 +230,7 @@ class DraftStage(PlannerState):
                     continue
                 # Ruled out only by evidence from a source able to observe the alternative's
                 # component (and that is no signal of it); else it stays open.
-                tests = self._observing(comp, best, by_key.get(alt_key), observations)
+                tests = [x for x in self._observing(comp, best, by_key.get(alt_key), observations) if chain(x)]
                 if not tests:
                     untested.append(alt_key)
                     hypotheses.append({"statement": alt, "component": comp, "mechanism": mech, "status": "open", "claim_ids": []})

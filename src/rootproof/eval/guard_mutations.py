@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from rootproof.agent.draft import MAX_CLAIMS
 from rootproof.boundary.provenance import record_key, untrusted_spans
 from rootproof.boundary.store import (
     CanonicalInvocation,
@@ -528,7 +529,7 @@ def _replace_root_cause(d: Draft, claims: list[dict[str, Any]]) -> None:
             c["kind"] = "finding"
     d["claims"] = [c for c in d["claims"] if c["id"] not in old]
     for cl in claims:
-        cl["id"] = f"m{len(d['claims']) + 1}"
+        cl["id"] = _fresh_id(d, "m")  # unique: `m{len + 1}` could repeat an id the draft kept
         d["claims"].append(cl)
     d["root_cause"]["claim_ids"] = [c["id"] for c in claims]
     for h in d.get("hypotheses") or []:
@@ -571,6 +572,8 @@ def _m_uncorroborated(case: BenchCase, ctx: _Ctx) -> tuple[Draft, str | None, Ca
         again = ("同一条记录：“{ex}”" if case.language == "zh" else 'The same record: "{ex}"').format(ex=ex)
         claims.append({"id": "", "text": again, "kind": "root_cause", "citations": [_cite(inv, ref, ex)]})
     _replace_root_cause(d, claims)
+    if len(d["claims"]) > MAX_CLAIMS:
+        return None  # no room: the draft would be refused as invalid, not as uncorroborated
     return d, str(claims[0]["id"]), None
 
 

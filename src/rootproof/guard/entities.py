@@ -23,7 +23,7 @@ from functools import lru_cache
 
 from rootproof.tools.refs import normalize_text
 
-__all__ = ["Entity", "RefEntities", "claim_mismatches", "culprit_mismatch", "named", "occurrences", "own_entities", "ref_entities"]
+__all__ = ["Entity", "RefEntities", "claim_mismatches", "culprit_mismatch", "culprit_strays", "named", "occurrences", "own_entities", "ref_entities"]
 
 Entity = tuple[str, str]
 """(type, value): ("pid", "21328"), ("addr", "10.0.0.7"), ("route", "POST /orders") …"""
@@ -203,16 +203,36 @@ def claim_mismatches(claim_text: str, refs: list[tuple[int, str, str, str]]) -> 
     return out
 
 
+def culprit_strays(culprit: str, refs: list[tuple[str, str, str]]) -> list[int]:
+    """The indexes of the cause's cited rows that are about another session than the culprit's
+    chain: a row of the culprit's type (a session, a client) that neither is the culprit's own
+    nor names it (a waiter lists its blocker in `blocking_pids`). An unrelated session idle in
+    transaction matches a row-lock signal too; it is no evidence of this culprit."""
+    first = _first_subject(culprit)
+    if first is None:
+        return []
+    out = []
+    for i, (t, p, x) in enumerate(refs):
+        ents = ref_entities(t, p, x)
+        if ents.subject is not None and ents.subject[0] == first[0] and first not in ents.mentions:
+            out.append(i)
+    return out
+
+
 def culprit_mismatch(culprit: str, refs: list[tuple[str, str, str]]) -> str | None:
     """EG-18 for a cause's culprit: the first process or client it names is cited by its own
     record — the row whose subject it is when the cause cites rows of that type (a waiter's row
-    listing it in `blocking_pids` is not its record), else a ref that names it. `refs` are the
+    listing it in `blocking_pids` is not its record), else a ref that names it — and no row the
+    cause cites is of another session that does not name it (`culprit_strays`). `refs` are the
     cause's cited runtime refs as (tool, raw path, text). None when it holds."""
     first = _first_subject(culprit)
     if first is None or not refs:
         return None
-    rows = [ref_entities(t, p, x) for t, p, x in refs]
-    typed = [r.subject for r in rows if r.subject is not None and r.subject[0] == first[0]]
+    strays = culprit_strays(culprit, refs)
+    if strays:
+        subjects = sorted({s[1] for i in strays if (s := ref_entities(*refs[i]).subject) is not None})
+        return f"the culprit is {first[0]} {first[1]} but the cause also cites the row of {first[0]} " + ", ".join(subjects[:4]) + ", which neither is it nor names it"
+    typed = [s for t, p, x in refs if (s := ref_entities(t, p, x).subject) is not None and s[0] == first[0]]
     if typed:
         if first in typed:
             return None

@@ -16,7 +16,7 @@ from rootproof.agent.draft import DiagnosisDraft, RootCause, parse_draft
 from rootproof.boundary.provenance import Span, record_key, untrusted_spans
 from rootproof.boundary.store import CanonicalStore, InvocationStatus
 from rootproof.evidence_sources import from_component, observes
-from rootproof.guard.entities import claim_mismatches, culprit_mismatch
+from rootproof.guard.entities import claim_mismatches, culprit_mismatch, culprit_strays
 from rootproof.guard.rules import rules_for
 from rootproof.taxonomy import Taxonomy
 from rootproof.tools.refs import NO_EVIDENCE_PATH, normalize_text, ref_text
@@ -348,6 +348,20 @@ def _entity_mismatches(draft: DiagnosisDraft, verified: list[VerifiedCitation], 
             problem = culprit_mismatch(cause.culprit, refs)
             if problem:
                 out.append(Violation(code=ViolationCode.CITATION_ENTITY_MISMATCH, detail=_at(Violation(code="", detail=problem), where).detail))
+        if draft.root_cause is not None:
+            # A symptom the root cause explains is explained through its culprit's chain.
+            explained = {cid for h in draft.hypotheses if h.status == "explained" for cid in h.claim_ids}
+            for cid in sorted(explained):
+                cits = by_claim.get(cid, [])
+                for n in culprit_strays(draft.root_cause.culprit, [(c.tool_name, c.raw_path, c.ref_text) for _, c in cits]):
+                    out.append(
+                        Violation(
+                            code=ViolationCode.CITATION_ENTITY_MISMATCH,
+                            claim_id=cid,
+                            citation_index=cits[n][0],
+                            detail=f"a symptom explained by the root cause cites a row that neither is its culprit nor names it ({cits[n][1].raw_path})",
+                        )
+                    )
     return out
 
 
