@@ -130,8 +130,8 @@ class Settings(BaseSettings):
     sse_heartbeat_s: float = Field(default=15.0, gt=0, le=300)
     """A comment line on an idle event stream every this many seconds."""
     service_header_timeout_s: float = Field(default=10.0, gt=0, le=300)
-    """A request's headers must arrive whole within this many seconds of their first byte (of
-    the connection's opening, for its first request); else `408` and the connection is closed."""
+    """A request's headers must arrive whole within this many seconds of their first byte; else
+    `408` and the connection is closed."""
     service_body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     """A request's body must arrive whole within this many seconds of its headers; else `408`
     and the connection is closed."""
