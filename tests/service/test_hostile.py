@@ -125,6 +125,18 @@ def test_a_route_of_another_grant_is_refused_before_its_query_is_checked(server:
         assert r.status_code == 422, r.text
 
 
+def test_an_answer_that_did_not_wait_for_the_body_closes_the_connection(server: ProcessServer) -> None:
+    """A GET with a key declaring a body it never sends: answered (404) and closed at once,
+    not kept waiting for a body nobody reads (uvicorn alone waited for its keep-alive)."""
+    with _connect(server, timeout=KEEPALIVE_S + SLACK_S) as sock:
+        sock.sendall(_head("GET", "/api/runs/no-such-run", length=BIG, key=OPERATOR_KEY))
+        t0 = time.monotonic()
+        answer, closed = _read_answer(sock)
+        elapsed = time.monotonic() - t0
+    assert closed and _problem(answer)[0] == 404, answer
+    assert elapsed < KEEPALIVE_S / 2, elapsed
+
+
 def _trickle(server: ProcessServer, head: bytes, byte: bytes, limit_s: float) -> tuple[float, bytes]:
     """Send `head`, then `byte` every 0.2 s until the server answers and closes (or `limit_s`):
     how long it took from the end of `head`, and the answer."""
