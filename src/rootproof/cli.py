@@ -647,22 +647,17 @@ def serve(
             load_targets(settings.targets)
         except ConfigError as exc:
             raise ConfigError(f"ROOTPROOF_TARGETS: {exc}") from exc
-    import uvicorn
+    from rootproof.service.server import run, serve_config
 
     status(f"rootproof serve on http://{host}:{port} ({workers} worker{'s' if workers > 1 else ''}{', no auth' if no_auth else ''})", "dim")
+    # uvicorn's h11 protocol with the header deadline, idle deadline and connection cap it lacks
+    # (service/server.py); the key gate and the body deadline are the app's (service/limits.py).
+    options: dict[str, Any] = {"host": host, "port": port, "log_level": "warning", "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S}
     if workers > 1:
         os.environ["ROOTPROOF_SERVE_NO_AUTH"] = "1" if no_auth else "0"
-        uvicorn.run(
-            "rootproof.service.app:app_from_environment",
-            factory=True,
-            host=host,
-            port=port,
-            workers=workers,
-            log_level="warning",
-            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-        )
+        run(serve_config("rootproof.service.app:app_from_environment", settings, factory=True, workers=workers, **options))
     else:
-        uvicorn.run(create_app(settings, no_auth=no_auth), host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+        run(serve_config(create_app(settings, no_auth=no_auth), settings, **options))
 
 
 @app.command("hash-key")

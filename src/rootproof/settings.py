@@ -129,6 +129,18 @@ class Settings(BaseSettings):
     """A job whose worker sent no heartbeat for this long is retried by another replica."""
     sse_heartbeat_s: float = Field(default=15.0, gt=0, le=300)
     """A comment line on an idle event stream every this many seconds."""
+    service_header_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    """A request's headers must arrive whole within this many seconds of their first byte; else
+    `408` and the connection is closed."""
+    service_body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    """A request's body must arrive whole within this many seconds of its headers; else `408`
+    and the connection is closed."""
+    service_keepalive_s: int = Field(default=5, ge=1, le=300)
+    """An idle connection (no byte of a next request, or of a first one) is closed after this
+    many seconds."""
+    service_max_connections: int = Field(default=1000, ge=1, le=100_000)
+    """Open connections one server process serves at once; a request on any connection beyond
+    them is answered `503` and its connection closed."""
 
     # Input caps (rootproof.limits): a file or field above its cap is refused naming it and the
     # setting; the question and the alert a run keeps are shortened, saying so.

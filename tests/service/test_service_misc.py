@@ -180,15 +180,17 @@ def test_a_job_is_idempotent_and_honours_a_cancellation_asked_while_it_waited(tm
         assert again == (once.run_id, True)
 
 
-def test_bodies_are_capped_before_auth_and_parsing(tmp_path: Path) -> None:
+def test_bodies_are_capped_before_parsing(tmp_path: Path) -> None:
     settings = load_settings(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 'rootproof.db'}", api_keys=API_KEYS, max_alert_bytes=4096)
     with ThreadServer(create_app(settings, environ={})) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
-        # A declared length above the cap: 413 at once, nothing read (no key needed to be refused).
+        # A declared length above the cap: 413 at once, nothing read (a request without a key is
+        # refused before, from its headers: tests/service/test_hostile.py).
         import socket
 
         t0 = time.monotonic()
         with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
-            sock.sendall(b"POST /api/alerts/alertmanager HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n{}")
+            head = f"POST /api/alerts/alertmanager HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OPERATOR_KEY}\r\nContent-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n"
+            sock.sendall(head.encode() + b"{}")
             received = b""
             while chunk := sock.recv(65536):
                 received += chunk
@@ -201,7 +203,7 @@ def test_bodies_are_capped_before_auth_and_parsing(tmp_path: Path) -> None:
                 yield b"x" * 1024
 
         # Chunked, no length: counted as it arrives and refused past the cap.
-        r = c.post("/api/alerts/alertmanager", content=chunks(), headers={"content-type": "application/json"})
+        r = c.post("/api/alerts/alertmanager", content=chunks(), headers={**auth(OPERATOR_KEY), "content-type": "application/json"})
         assert r.status_code == 413
         r = c.post("/api/chat", content=chunks(), headers={**auth(OPERATOR_KEY), "content-type": "application/json"})
         assert r.status_code in (413, 422)  # 64 KiB is under the chat cap: parsed and refused as bad JSON

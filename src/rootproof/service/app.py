@@ -10,22 +10,32 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import Body, Depends, FastAPI, Header, HTTPException, Path, Query, Request
+from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from rootproof.alerts import AlertPayload, parse_alert
 from rootproof.errors import AlertError, UsageError
 from rootproof.run.records import EventRecord, RunRecord
-from rootproof.service.auth import LOOPBACK_PRINCIPAL, Principal, is_loopback, service_keys
+from rootproof.service.auth import (
+    Principal,
+    Refusal,
+    is_loopback,
+    principal_from_headers,
+    require_grant,
+    service_keys,
+)
 from rootproof.service.core import Evidence, Service
 from rootproof.service.hub import Heartbeat, follow_events
 from rootproof.service.jobs import RunRequest
@@ -165,16 +175,18 @@ def create_app(
         summary="Diagnose production incidents; publish only what the evidence proves.",
         lifespan=lifespan,
     )
-    from rootproof.service.limits import BodyLimit, NoStore
+    from rootproof.service.limits import BodyLimit, KeyGate, NoStore
 
-    # Before routing, authentication and parsing: no request makes the server hold more than this.
+    # Outermost first: NoStore, then the key gate (401/403 from the headers alone, before any
+    # byte of a body is read), then the body caps and the body deadline, then the routes.
     alert_cap = (settings.max_alert_bytes, "ROOTPROOF_MAX_ALERT_BYTES")
     app.add_middleware(
         BodyLimit,  # type: ignore[arg-type]
         caps={"/api/alerts/": alert_cap, "/api/chat": (settings.max_alert_bytes + CHAT_BODY_BYTES, "ROOTPROOF_MAX_ALERT_BYTES plus 1 MiB")},
         default=(CHAT_BODY_BYTES, "the 1 MiB request cap"),
+        timeout_s=settings.service_body_timeout_s,
     )
-
+    app.add_middleware(KeyGate, keyring=keyring, no_auth=no_auth, need=_key_need(app))  # type: ignore[arg-type]
     app.add_middleware(NoStore)  # type: ignore[arg-type]
 
     @app.exception_handler(StarletteHTTPException)  # also the framework's own (404 no route, 405, 400 unreadable body)
@@ -231,17 +243,20 @@ _BEARER = HTTPBearer(auto_error=False, description="An API key: `Authorization: 
 """The API key scheme, declared so that the OpenAPI document and /docs know it (stateless)."""
 
 
+def _refused(exc: Refusal) -> HTTPException:
+    return HTTPException(exc.status, {"detail": exc.detail, "field": exc.field}, headers=exc.headers or None)
+
+
 async def _principal(
-    service: Annotated[Service, Depends(_service)], credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
+    request: Request,
+    service: Annotated[Service, Depends(_service)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
 ) -> Principal:
-    if service.no_auth:
-        return LOOPBACK_PRINCIPAL
-    if credentials is None:
-        raise HTTPException(401, {"detail": "missing API key: send Authorization: Bearer KEY", "field": "Authorization"}, headers={"WWW-Authenticate": "Bearer"})
-    found = service.keyring.authenticate(credentials.credentials)
-    if found is None:
-        raise HTTPException(401, {"detail": "unknown API key", "field": "Authorization"}, headers={"WWW-Authenticate": "Bearer"})
-    return found
+    del credentials  # declared for the OpenAPI document; the decision is principal_from_headers's
+    try:
+        return principal_from_headers(service.keyring, request.headers, no_auth=service.no_auth)
+    except Refusal as exc:
+        raise _refused(exc) from None
 
 
 ServiceDep = Annotated[Service, Depends(_service)]
@@ -249,8 +264,57 @@ Who = Annotated[Principal, Depends(_principal)]
 
 
 def _need(who: Principal, grant: str) -> None:
-    if not who.may(grant):
-        raise _problem(403, f"the {who.role} role may not do this (needs {'operator or admin' if grant == 'ask' else 'auditor or admin'})")
+    try:
+        require_grant(who, grant)
+    except Refusal as exc:
+        raise _refused(exc) from None
+
+
+async def _asker(who: Who) -> Principal:
+    """A key whose role may ask (operator, admin)."""
+    _need(who, "ask")
+    return who
+
+
+async def _auditor(who: Who) -> Principal:
+    """A key whose role may audit (auditor, admin)."""
+    _need(who, "audit")
+    return who
+
+
+Asker = Annotated[Principal, Depends(_asker)]
+Auditor = Annotated[Principal, Depends(_auditor)]
+"""A route's grant is declared once, in its signature (`Who`, `Asker` or `Auditor`): the routes
+check it as a dependency, and the key gate reads it from the same signature (`_key_need`)."""
+
+
+def _route_need(dependant: Dependant) -> tuple[bool, str | None]:
+    """Whether a route needs a key, and the grant its role must hold (None: any key)."""
+    calls: list[Any] = []
+    stack = [dependant]
+    while stack:
+        item = stack.pop()
+        calls.append(item.call)
+        stack.extend(item.dependencies)
+    grant = "ask" if any(c is _asker for c in calls) else "audit" if any(c is _auditor for c in calls) else None
+    return grant is not None or any(c is _principal for c in calls), grant
+
+
+def _key_need(app: FastAPI) -> Callable[[MutableMapping[str, Any]], tuple[bool, str | None]]:
+    """For the key gate: what a request needs, from its method and path alone. A path under
+    `/api/` or `/runs/` that no route serves needs a key too (a client without one learns
+    nothing of the routes, and sends no body)."""
+    table: list[tuple[APIRoute, tuple[bool, str | None]]] = []
+
+    def need(scope: MutableMapping[str, Any]) -> tuple[bool, str | None]:
+        if not table:  # the routes, once (they are all added before the first request)
+            table.extend((r, _route_need(r.dependant)) for r in app.router.routes if isinstance(r, APIRoute))
+        for route, found in table:
+            if route.matches(scope)[0] is Match.FULL:
+                return found
+        return str(scope.get("path", "")).startswith(("/api/", "/runs/")), None
+
+    return need
 
 
 def _evidence(service: Service, scenario: str | None) -> Evidence:
@@ -296,8 +360,7 @@ def _alert_of(service: Service, data: Any, field_prefix: str) -> AlertPayload:
         raise _problem(422, f"{field}: {exc.problem}", field) from None
 
 
-async def _prepared_chat(service: ServiceDep, who: Who, body: ChatRequest) -> RunRequest:
-    _need(who, "ask")
+async def _prepared_chat(service: ServiceDep, who: Asker, body: ChatRequest) -> RunRequest:
     _refuse_nul(body.model_dump(exclude_none=True))
     found = _evidence(service, body.scenario)
     if body.alert is not None:
@@ -406,7 +469,6 @@ def _routes(app: FastAPI) -> None:
             yield ServerSentEvent(event="error", data={"type": "error", "run_id": run_id, "data": {"code": "STREAM_ERROR", "message": type(exc).__name__}})
 
     async def webhook(service: Service, who: Principal, request: Request, source: Literal["alertmanager", "grafana"], scenario: str | None) -> AlertAccepted:
-        _need(who, "ask")
         cap = service.settings.max_alert_bytes
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > cap:
@@ -466,7 +528,7 @@ def _routes(app: FastAPI) -> None:
     @app.post("/api/alerts/alertmanager", status_code=202, tags=["alerts"], responses=hook_responses)
     async def alertmanager(
         service: ServiceDep,
-        who: Who,
+        who: Asker,
         request: Request,
         payload: Annotated[dict[str, Any], Body(description="An Alertmanager v4 webhook payload.")],
         scenario: Annotated[str | None, Query(max_length=255, description="A built-in scenario id (demos, evaluation).")] = None,
@@ -478,7 +540,7 @@ def _routes(app: FastAPI) -> None:
     @app.post("/api/alerts/grafana", status_code=202, tags=["alerts"], responses=hook_responses)
     async def grafana(
         service: ServiceDep,
-        who: Who,
+        who: Asker,
         request: Request,
         payload: Annotated[dict[str, Any], Body(description="A Grafana alerting webhook payload.")],
         scenario: Annotated[str | None, Query(max_length=255, description="A built-in scenario id (demos, evaluation).")] = None,
@@ -507,9 +569,8 @@ def _routes(app: FastAPI) -> None:
         tags=["runs"],
         responses=_problems(400, 401, 403, 404, 409, 413, 422),
     )
-    async def cancel_run(service: ServiceDep, who: Who, run_id: RunId) -> CancelAnswer:
+    async def cancel_run(service: ServiceDep, who: Asker, run_id: RunId) -> CancelAnswer:
         """Cancel a run wherever it executes (any replica)."""
-        _need(who, "ask")
         record = await visible_run(service, who, run_id)
         if record.status is not None:
             raise _problem(409, f"the run already ended ({record.status})", "run_id")
@@ -561,10 +622,9 @@ def _routes(app: FastAPI) -> None:
 
     @app.get("/api/diagnosis/{session_id}/trace/reasoning", tags=["trace"], responses=trace_responses)
     async def reasoning(
-        service: ServiceDep, who: Who, session_id: SessionId, run_id: Annotated[str, Query(alias="runId", pattern=_ID)]
+        service: ServiceDep, who: Auditor, session_id: SessionId, run_id: Annotated[str, Query(alias="runId", pattern=_ID)]
     ) -> dict[str, Any]:
         """The reasoning audit of a run, by step (auditor or admin role only)."""
-        _need(who, "audit")
         await run_in_session(service, who, session_id, run_id)
         records = await asyncio.to_thread(service.store.reasoning, run_id)
         return {"session_id": session_id, "run_id": run_id, "records": records}

@@ -8,6 +8,10 @@ of its digest (`key:1a2b3c4d5e6f`), never by the key: that name owns the session
 
 Roles: `operator` asks (chat, webhooks, its own runs and traces); `auditor` reads (any trace,
 the reasoning audit); `admin` may do both.
+
+Who sent a request is decided from its headers alone, by `principal_from_headers`: the service's
+key gate (`service.limits.KeyGate`, before any byte of a body is read) and the routes' own
+dependency both call it, so there is one definition of it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -24,7 +29,7 @@ from rootproof.errors import ConfigError
 if TYPE_CHECKING:
     from rootproof.settings import Settings
 
-__all__ = ["KeyRing", "Principal", "ROLES", "hash_key"]
+__all__ = ["KeyRing", "Principal", "ROLES", "Refusal", "hash_key", "principal_from_headers", "require_grant"]
 
 Role = Literal["operator", "auditor", "admin"]
 ROLES: tuple[Role, ...] = ("operator", "auditor", "admin")
@@ -125,6 +130,45 @@ class KeyRing:
             if hmac.compare_digest(known, digest) and found is None:
                 found = Principal(name="key:" + known.hex()[:12], role=role)
         return found
+
+
+class Refusal(Exception):
+    """A request refused from its headers: `401` (no key, or an unknown one) or `403` (the role
+    lacks the route's grant). `detail` and `field` are the JSON problem the service answers."""
+
+    def __init__(self, status: int, detail: str, field: str | None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.field = field
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The answer's extra headers (`WWW-Authenticate` on a 401)."""
+        return {"WWW-Authenticate": "Bearer"} if self.status == 401 else {}
+
+
+def principal_from_headers(keyring: KeyRing, headers: Mapping[str, str], *, no_auth: bool = False) -> Principal:
+    """Who sent a request, from its headers alone (`headers`: every header of the request, a
+    mapping with case-insensitive names such as Starlette's `Headers`); a `Refusal` (401) when
+    no known key is presented. A server started with `--no-auth` treats every request as the
+    loopback admin. The one definition of it: the key gate and the routes both call this."""
+    if no_auth:
+        return LOOPBACK_PRINCIPAL
+    scheme, _, token = (headers.get("authorization") or "").strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise Refusal(401, "missing API key: send Authorization: Bearer KEY", "Authorization")
+    found = keyring.authenticate(token)
+    if found is None:
+        raise Refusal(401, "unknown API key", "Authorization")
+    return found
+
+
+def require_grant(who: Principal, grant: str) -> None:
+    """A `Refusal` (403) unless `who`'s role holds `grant` (`ask` or `audit`)."""
+    if not who.may(grant):
+        raise Refusal(403, f"the {who.role} role may not do this (needs {'operator or admin' if grant == 'ask' else 'auditor or admin'})", None)
 
 
 def is_loopback(host: str) -> bool:
