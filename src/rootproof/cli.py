@@ -660,9 +660,17 @@ def serve(
             workers=workers,
             log_level="warning",
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+            proxy_headers=False,  # the app believes X-Forwarded-* from ROOTPROOF_TRUSTED_PROXIES only
         )
     else:
-        uvicorn.run(create_app(settings, no_auth=no_auth), host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+        uvicorn.run(
+            create_app(settings, no_auth=no_auth),
+            host=host,
+            port=port,
+            log_level="warning",
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+            proxy_headers=False,
+        )
 
 
 @app.command("hash-key")

@@ -45,6 +45,7 @@ TABLES = {
     "run_event",
     "eval_run",
     "eval_case_result",
+    "web_session",
 }
 CJK_REASONING = ("数据库连接池耗尽导致支付接口超时，需要核对慢查询与锁等待。" * 1200)[:32_000]
 # Characters outside the Basic Multilingual Plane need 4 bytes in UTF-8 (utf8mb4 on MariaDB).
@@ -112,7 +113,7 @@ def test_migrations_apply_from_empty_and_match_models(store_url: str) -> None:
         assert set(sa.inspect(engine).get_table_names()) == TABLES | {m.VERSION_TABLE}
         with engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"version_table": m.VERSION_TABLE})
-            assert context.get_current_revision() == "0004"
+            assert context.get_current_revision() == "0005"
             diff = compare_metadata(context, m.Base.metadata)
         assert diff == []
     finally:

@@ -16,20 +16,28 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Body, Depends, FastAPI, Header, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rootproof.alerts import AlertPayload, parse_alert
-from rootproof.errors import AlertError, UsageError
+from rootproof.errors import AlertError, StoreError, UsageError
 from rootproof.run.records import EventRecord, RunRecord
 from rootproof.service.auth import LOOPBACK_PRINCIPAL, Principal, is_loopback, service_keys
+from rootproof.service.browser import install_browser_routes, login_location, own_origin, wants_html
 from rootproof.service.core import Evidence, Service
 from rootproof.service.hub import Heartbeat, follow_events
 from rootproof.service.jobs import RunRequest
 from rootproof.service.jsondepth import DEPTH_LIMIT, too_deep
+from rootproof.service.sessions import (
+    SESSION_COOKIE,
+    ProxyTrust,
+    cookie_value,
+    cross_site_reason,
+    principal_from_session_cookie,
+)
 from rootproof.settings import Settings, load_settings
 
 __all__ = ["create_app", "app_from_environment", "is_loopback"]
@@ -164,7 +172,10 @@ def create_app(
         version=_version(),
         summary="Diagnose production incidents; publish only what the evidence proves.",
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc: rootproof.service.browser, their assets from a package
+        redoc_url=None,
     )
+    app.state.proxy_trust = ProxyTrust(settings.trusted_proxy_networks())
     from rootproof.service.limits import BodyLimit, NoStore
 
     # Before routing, authentication and parsing: no request makes the server hold more than this.
@@ -200,6 +211,13 @@ def create_app(
         safe = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in errors[:20]]
         return JSONResponse({"detail": detail, "field": field, "errors": safe}, status_code=422)
 
+    @app.exception_handler(_SignInFirst)
+    async def _sign_in_first(_request: Request, exc: _SignInFirst) -> RedirectResponse:
+        resp = RedirectResponse(login_location(exc.next_path), status_code=303, headers={"Cache-Control": "no-store"})
+        resp.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")  # a stale one, if any
+        return resp
+
+    install_browser_routes(app, login_failures_per_minute=settings.login_failures_per_minute)
     _routes(app)
     return app
 
@@ -231,21 +249,65 @@ _BEARER = HTTPBearer(auto_error=False, description="An API key: `Authorization: 
 """The API key scheme, declared so that the OpenAPI document and /docs know it (stateless)."""
 
 
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
 async def _principal(
-    service: Annotated[Service, Depends(_service)], credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
+    request: Request,
+    service: Annotated[Service, Depends(_service)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
 ) -> Principal:
+    """Who sent a request: the key of `Authorization: Bearer` (programs), else a browser's
+    session cookie (`rootproof.service.sessions`), which a state-changing request may only
+    carry from this service's own pages (CSRF)."""
     if service.no_auth:
         return LOOPBACK_PRINCIPAL
-    if credentials is None:
-        raise HTTPException(401, {"detail": "missing API key: send Authorization: Bearer KEY", "field": "Authorization"}, headers={"WWW-Authenticate": "Bearer"})
-    found = service.keyring.authenticate(credentials.credentials)
-    if found is None:
-        raise HTTPException(401, {"detail": "unknown API key", "field": "Authorization"}, headers={"WWW-Authenticate": "Bearer"})
-    return found
+    if credentials is not None:
+        found = service.keyring.authenticate(credentials.credentials)
+        if found is None:
+            raise HTTPException(401, {"detail": "unknown API key", "field": "Authorization"}, headers={"WWW-Authenticate": "Bearer"})
+        return found
+    if cookie_value(request.headers, SESSION_COOKIE) is not None:
+        try:
+            who = await asyncio.to_thread(principal_from_session_cookie, request.headers, service.store, service.keyring)
+        except StoreError:
+            raise _problem(503, "the trace store is unavailable: the browser session cannot be checked", None) from None
+        if who is None:
+            raise HTTPException(401, {"detail": "the browser session expired or was signed out: sign in again at /login", "field": "Cookie"}, headers={"WWW-Authenticate": "Bearer"})
+        if request.method not in _SAFE_METHODS:
+            refused = cross_site_reason(request.headers, own_origin(request, request.app.state.proxy_trust))
+            if refused is not None:
+                raise _problem(403, refused[1], refused[0])
+        return who
+    raise HTTPException(401, {"detail": "missing API key: send Authorization: Bearer KEY", "field": "Authorization"}, headers={"WWW-Authenticate": "Bearer"})
+
+
+class _SignInFirst(Exception):
+    """A browser asked for a page without a valid sign-in: it is sent to the form."""
+
+    def __init__(self, next_path: str) -> None:
+        super().__init__(next_path)
+        self.next_path = next_path
+
+
+async def _page_principal(
+    request: Request,
+    service: Annotated[Service, Depends(_service)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
+) -> Principal:
+    """`_principal` for a page: a browser (`Accept: text/html`) that is not signed in is
+    redirected to `/login` (and back afterwards); a program still gets the 401."""
+    try:
+        return await _principal(request, service, credentials)
+    except HTTPException as exc:
+        if exc.status_code == 401 and wants_html(request):
+            raise _SignInFirst(request.url.path) from None
+        raise
 
 
 ServiceDep = Annotated[Service, Depends(_service)]
 Who = Annotated[Principal, Depends(_principal)]
+PageWho = Annotated[Principal, Depends(_page_principal)]
 
 
 def _need(who: Principal, grant: str) -> None:
@@ -612,10 +674,16 @@ def _routes(app: FastAPI) -> None:
 
         return Response(service.metrics.render(), media_type=CONTENT_TYPE)
 
-    @app.get("/runs/{run_id}", response_class=HTMLResponse, tags=["trace"], responses=_problems(401, 404, 422, json_only=True))
-    async def viewer(service: ServiceDep, who: Who, run_id: RunId) -> HTMLResponse:
+    @app.get(
+        "/runs/{run_id}",
+        response_class=HTMLResponse,
+        tags=["trace"],
+        responses={303: {"description": "A browser (`Accept: text/html`) not signed in: to `/login`, and back afterwards."}, **_problems(401, 404, 422, json_only=True)},
+    )
+    async def viewer(service: ServiceDep, who: PageWho, run_id: RunId) -> HTMLResponse:
         """One self-contained page: the run's question, route, timeline, claims and citations,
-        guard verdicts and what the user received; reasoning only for auditors."""
+        guard verdicts and what the user received; reasoning only for auditors. A browser signs
+        in at `/login` (a session cookie); programs send the key."""
         await visible_run(service, who, run_id)
         doc = await asyncio.to_thread(service.store.trace, run_id)
         if doc is None:
