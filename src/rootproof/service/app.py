@@ -680,7 +680,7 @@ def _routes(app: FastAPI) -> None:
         tags=["trace"],
         responses={303: {"description": "A browser (`Accept: text/html`) not signed in: to `/login`, and back afterwards."}, **_problems(401, 404, 422, json_only=True)},
     )
-    async def viewer(service: ServiceDep, who: PageWho, run_id: RunId) -> HTMLResponse:
+    async def viewer(service: ServiceDep, who: PageWho, run_id: RunId, request: Request) -> HTMLResponse:
         """One self-contained page: the run's question, route, timeline, claims and citations,
         guard verdicts and what the user received; reasoning only for auditors. A browser signs
         in at `/login` (a session cookie); programs send the key."""
@@ -691,4 +691,5 @@ def _routes(app: FastAPI) -> None:
         texts = await asyncio.to_thread(service.store.reasoning, run_id) if who.may("audit") else None
         from rootproof.service.viewer import render_run_page
 
-        return HTMLResponse(render_run_page(doc, reasoning=texts))
+        by_cookie = not service.no_auth and "authorization" not in request.headers and cookie_value(request.headers, SESSION_COOKIE) is not None
+        return HTMLResponse(render_run_page(doc, reasoning=texts, signed_in_as=f"{who.name} ({who.role})" if by_cookie else None))
