@@ -14,12 +14,17 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 
+from rootproof.service.auth import KeyRing
 from rootproof.service.process import ServeProcess
+from rootproof.service.sessions import LoginThrottle, ProxyTrust, principal_from_session_cookie, token_hash
+from rootproof.settings import proxy_networks
+from rootproof.store import SqlTraceStore
 
 from .support import AUDITOR_KEY, OPERATOR2_KEY, OPERATOR_KEY, ROOT, auth, serve_process, service_env, stream
 
@@ -320,3 +325,52 @@ def test_a_bad_setting_stops_serve_with_exit_2_naming_it(tmp_path: Path, variabl
     proc = subprocess.run([str(exe), "serve", "--port", "1"], env=service_env(tmp_path, **{variable: value}), capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert proc.returncode == 2, proc.stderr
     assert expected in proc.stderr, proc.stderr
+
+
+# -- the pieces, without a server: a real store and key ring -----------------------------------
+
+
+def test_a_session_resolves_to_its_keys_current_role_until_it_expires_or_the_key_goes(tmp_path: Path) -> None:
+    now = datetime(2026, 12, 6, 4, 0, tzinfo=UTC)
+    ring = KeyRing.load(f"{OPERATOR_KEY}:operator", None)
+    who = ring.authenticate(OPERATOR_KEY)
+    assert who is not None
+    with SqlTraceStore(f"sqlite:///{tmp_path / 'rootproof.db'}") as store:
+        store.open_web_session(token_hash("tok-1"), who.name, expires_at=now + timedelta(hours=1), now=now)
+        headers = {"cookie": "theme=dark; rootproof_session=tok-1; other=x"}
+        assert principal_from_session_cookie(headers, store, ring, now=now) == who
+        promoted = KeyRing.load(f"{OPERATOR_KEY}:admin", None)  # the key's role changed: the session's did too
+        found = principal_from_session_cookie(headers, store, promoted, now=now)
+        assert found is not None and found.role == "admin"
+        assert principal_from_session_cookie(headers, store, KeyRing.load(f"{AUDITOR_KEY}:auditor", None), now=now) is None
+        assert principal_from_session_cookie(headers, store, ring, now=now + timedelta(hours=1)) is None
+        for cookie in ("rootproof_session=", "rootproof_session=tok-2", "rootproof_session=" + "x" * 200, "rootproof_sessionx=tok-1", ""):
+            assert principal_from_session_cookie({"cookie": cookie}, store, ring, now=now) is None, cookie
+        assert principal_from_session_cookie({}, store, ring, now=now) is None
+
+
+def test_proxy_trust_believes_forwarded_headers_from_its_proxies_only() -> None:
+    trust = ProxyTrust(proxy_networks("10.0.0.0/8, 192.0.2.1,::1"))
+    tls = {"x-forwarded-proto": "https", "x-forwarded-for": "198.51.100.4, 10.9.9.9"}
+    assert trust.is_tls("http", "10.1.1.1", tls) and trust.is_tls("http", "::1", tls)
+    assert not trust.is_tls("http", "203.0.113.1", tls) and not trust.is_tls("http", None, tls)
+    assert trust.is_tls("https", "203.0.113.1", {})  # this server's own TLS
+    assert not trust.is_tls("http", "10.1.1.1", {"x-forwarded-proto": "https, http"})  # the nearest proxy's word counts
+    assert trust.client("10.1.1.1", tls) == "198.51.100.4"
+    assert trust.client("203.0.113.1", tls) == "203.0.113.1"
+    assert trust.client("10.1.1.1", {"x-forwarded-for": "not-an-ip, 10.2.2.2"}) == "10.1.1.1"
+    assert not ProxyTrust().trusts("127.0.0.1")
+
+
+def test_the_throttle_forgets_failures_after_a_minute() -> None:
+    throttle = LoginThrottle(2, max_clients=2)
+    throttle.failed("a", now=100.0)
+    assert throttle.retry_after("a", now=100.5) is None
+    throttle.failed("a", now=101.0)
+    assert throttle.retry_after("a", now=101.0) == 60
+    assert throttle.retry_after("a", now=159.5) == 1
+    assert throttle.retry_after("a", now=160.1) is None  # the first failure is a minute old
+    throttle.failed("b", now=100.0)
+    throttle.failed("c", now=100.0)  # a third address: the oldest one is forgotten
+    assert len(throttle._failures) == 2
+    assert LoginThrottle(0).retry_after("a") is None
