@@ -21,6 +21,8 @@ from .cdp import Browser, Context, Tab, launch
 from .support import AUDITOR_KEY, OPERATOR2_KEY, OPERATOR_KEY, auth, serve_process, service_env, stream
 from .test_viewer import _chromium
 
+pytestmark = pytest.mark.xdist_group("browser")  # one server (and browser) for the module, on one worker
+
 
 @dataclass
 class World:

@@ -20,10 +20,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rootproof.errors import ConfigError
 from rootproof.service.auth import KeyRing
 from rootproof.service.process import ServeProcess
 from rootproof.service.sessions import LoginThrottle, ProxyTrust, principal_from_session_cookie, token_hash
-from rootproof.settings import proxy_networks
+from rootproof.settings import load_settings, proxy_networks
 from rootproof.store import SqlTraceStore
 
 from .support import AUDITOR_KEY, OPERATOR2_KEY, OPERATOR_KEY, ROOT, auth, serve_process, service_env, stream
@@ -33,6 +34,9 @@ TRUSTED_PEER = "127.0.0.2"
 """The address the server is told is a proxy; the tests connect from it to speak as one."""
 FAILURES_PER_MINUTE = 4
 WRONG_KEY = "wrong-key-Zq8PLm3vX6c2tB9n"
+
+
+pytestmark = pytest.mark.xdist_group("sessions")  # one server for the module, on one worker
 
 
 @dataclass
@@ -312,19 +316,35 @@ def test_docs_and_redoc_load_their_assets_from_this_server(server: Server) -> No
         assert c.get("/docs-assets/swagger-ui.css").status_code == 200
 
 
+def test_a_bad_trusted_proxy_stops_serve_with_exit_2_naming_the_variable(tmp_path: Path) -> None:
+    exe = Path(sys.executable).with_name("rootproof")
+    env = service_env(tmp_path, ROOTPROOF_TRUSTED_PROXIES="10.0.0.1,proxy.internal")
+    proc = subprocess.run([str(exe), "serve", "--port", "1"], env=env, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr
+    assert "ROOTPROOF_TRUSTED_PROXIES: entry 2 (proxy.internal) is not an IP address or network" in proc.stderr
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "expected"),
     [
-        ("ROOTPROOF_TRUSTED_PROXIES", "10.0.0.1,proxy.internal", "ROOTPROOF_TRUSTED_PROXIES: entry 2 (proxy.internal) is not an IP address or network"),
+        ("ROOTPROOF_TRUSTED_PROXIES", "10.0.0.300", "ROOTPROOF_TRUSTED_PROXIES: entry 1 (10.0.0.300) is not an IP address or network"),
+        ("ROOTPROOF_TRUSTED_PROXIES", "10.0.0.0/33", "ROOTPROOF_TRUSTED_PROXIES: entry 1 (10.0.0.0/33)"),
         ("ROOTPROOF_SESSION_TTL_S", "10", "ROOTPROOF_SESSION_TTL_S: Input should be greater than or equal to 300"),
+        ("ROOTPROOF_SESSION_TTL_S", "8h", "ROOTPROOF_SESSION_TTL_S: Input should be a valid integer"),
         ("ROOTPROOF_LOGIN_FAILURES_PER_MINUTE", "-1", "ROOTPROOF_LOGIN_FAILURES_PER_MINUTE: Input should be greater than or equal to 0"),
     ],
 )
-def test_a_bad_setting_stops_serve_with_exit_2_naming_it(tmp_path: Path, variable: str, value: str, expected: str) -> None:
-    exe = Path(sys.executable).with_name("rootproof")
-    proc = subprocess.run([str(exe), "serve", "--port", "1"], env=service_env(tmp_path, **{variable: value}), capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert proc.returncode == 2, proc.stderr
-    assert expected in proc.stderr, proc.stderr
+def test_bad_settings_name_their_variable(monkeypatch: pytest.MonkeyPatch, variable: str, value: str, expected: str) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert expected in str(err.value)
+
+
+def test_good_settings_parse() -> None:
+    settings = load_settings(trusted_proxies=" 10.0.0.5 , 10.0.0.0/8,,::1 ")
+    assert [str(n) for n in settings.trusted_proxy_networks()] == ["10.0.0.5/32", "10.0.0.0/8", "::1/128"]
+    assert load_settings().trusted_proxy_networks() == () and load_settings().session_ttl_s == 28_800
 
 
 # -- the pieces, without a server: a real store and key ring -----------------------------------

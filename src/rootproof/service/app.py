@@ -26,7 +26,13 @@ from rootproof.alerts import AlertPayload, parse_alert
 from rootproof.errors import AlertError, StoreError, UsageError
 from rootproof.run.records import EventRecord, RunRecord
 from rootproof.service.auth import LOOPBACK_PRINCIPAL, Principal, is_loopback, service_keys
-from rootproof.service.browser import install_browser_routes, login_location, own_origin, wants_html
+from rootproof.service.browser import (
+    install_browser_routes,
+    login_location,
+    own_origin,
+    request_is_tls,
+    wants_html,
+)
 from rootproof.service.core import Evidence, Service
 from rootproof.service.hub import Heartbeat, follow_events
 from rootproof.service.jobs import RunRequest
@@ -212,9 +218,11 @@ def create_app(
         return JSONResponse({"detail": detail, "field": field, "errors": safe}, status_code=422)
 
     @app.exception_handler(_SignInFirst)
-    async def _sign_in_first(_request: Request, exc: _SignInFirst) -> RedirectResponse:
+    async def _sign_in_first(request: Request, exc: _SignInFirst) -> RedirectResponse:
         resp = RedirectResponse(login_location(exc.next_path), status_code=303, headers={"Cache-Control": "no-store"})
-        resp.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")  # a stale one, if any
+        if cookie_value(request.headers, SESSION_COOKIE) is not None:  # a stale one: forget it
+            secure = request_is_tls(request, request.app.state.proxy_trust)
+            resp.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict", secure=secure)
         return resp
 
     install_browser_routes(app, login_failures_per_minute=settings.login_failures_per_minute)
