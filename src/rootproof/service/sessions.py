@@ -22,10 +22,11 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from rootproof.service.auth import KeyRing, Principal
-from rootproof.settings import IPNetwork
+if TYPE_CHECKING:  # nothing at run time: `rootproof.service.auth` may import this module
+    from rootproof.service.auth import KeyRing, Principal
+    from rootproof.settings import IPNetwork
 
 __all__ = [
     "LOGIN_COOKIE",
