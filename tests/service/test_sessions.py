@@ -116,6 +116,8 @@ def test_sign_in_sets_a_strict_http_only_cookie_with_an_expiry_and_opens_the_pag
         assert resp.status_code == 303 and resp.headers["location"] == f"/login?next=/runs/{server.run_id}"
         program = c.get(f"/runs/{server.run_id}", headers={"Accept": "application/json"})
         assert program.status_code == 401 and program.json()["field"] == "Authorization"
+        wrong_key = c.get(f"/runs/{server.run_id}", headers={**HTML, **auth(WRONG_KEY)})  # a key was sent: its answer
+        assert wrong_key.status_code == 401 and wrong_key.json()["detail"] == "unknown API key"
 
         csrf, _ = login_form(c, f"/runs/{server.run_id}")
         _value, login_attrs = cookie_of(c.get("/login", headers=HTML), "rootproof_login")

@@ -303,12 +303,12 @@ async def _page_principal(
     service: Annotated[Service, Depends(_service)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
 ) -> Principal:
-    """`_principal` for a page: a browser (`Accept: text/html`) that is not signed in is
-    redirected to `/login` (and back afterwards); a program still gets the 401."""
+    """`_principal` for a page: a browser (`Accept: text/html`, no `Authorization`) that is not
+    signed in is redirected to `/login` (and back afterwards); a program still gets the 401."""
     try:
         return await _principal(request, service, credentials)
     except HTTPException as exc:
-        if exc.status_code == 401 and wants_html(request):
+        if exc.status_code == 401 and credentials is None and wants_html(request):
             raise _SignInFirst(request.url.path) from None
         raise
 
