@@ -6,13 +6,15 @@ receives values, never reads the environment itself.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rootproof import limits
@@ -32,6 +34,27 @@ def default_data_dir() -> Path:
 def data_dir_variable() -> str:
     """The variable that names the data folder, for messages: `ROOTPROOF_DATA_DIR` if set, else `ROOTPROOF_HOME`."""
     return ENV_PREFIX + ("DATA_DIR" if os.environ.get(ENV_PREFIX + "DATA_DIR") else "HOME")
+
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def proxy_networks(value: str) -> tuple[IPNetwork, ...]:
+    """`10.0.0.5,10.0.0.0/8,::1` as networks; a PydanticCustomError naming the bad entry."""
+    found: list[IPNetwork] = []
+    for i, item in enumerate(value.split(","), start=1):
+        entry = item.strip()
+        if not entry:
+            continue
+        try:
+            found.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise PydanticCustomError(
+                "ip_network",
+                "entry {n} ({entry}) is not an IP address or network (expected e.g. 10.0.0.5 or 10.0.0.0/8, comma-separated)",
+                {"n": i, "entry": entry[:64]},
+            ) from None
+    return tuple(found)
 
 
 class Settings(BaseSettings):
@@ -141,6 +164,16 @@ class Settings(BaseSettings):
     service_max_connections: int = Field(default=1000, ge=1, le=100_000)
     """Open connections one server process serves at once; a request on any connection beyond
     them is answered `503` and its connection closed."""
+    session_ttl_s: int = Field(default=28_800, ge=300, le=30 * 86_400)
+    """How long a browser sign-in lasts, seconds (the session cookie's Max-Age and the stored
+    session's expiry; not extended by use). Default 28800 (8 hours)."""
+    trusted_proxies: str | None = None
+    """Reverse proxies whose `X-Forwarded-Proto` and `X-Forwarded-For` the service believes,
+    `10.0.0.5,10.0.0.0/8` (IP addresses or networks). Default: none (only a direct TLS
+    connection makes the session cookie `Secure`; the peer is the client)."""
+    login_failures_per_minute: int = Field(default=10, ge=0, le=10_000)
+    """Failed browser sign-ins one client address may make per minute on one replica before
+    `POST /login` answers 429; 0 turns the limit off."""
 
     # Input caps (rootproof.limits): a file or field above its cap is refused naming it and the
     # setting; the question and the alert a run keeps are shortened, saying so.
@@ -158,6 +191,17 @@ class Settings(BaseSettings):
     """Longest question a run asks and keeps (longer ones are cut, saying so), characters. Default 8000."""
     max_stored_related_alerts: int = Field(default=limits.STORED_RELATED_ALERTS, ge=0)
     """Related alerts a run's record keeps (the rest are counted, not kept). Default 100."""
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies(cls, value: str | None) -> str | None:
+        if value is not None:
+            proxy_networks(value)
+        return value
+
+    def trusted_proxy_networks(self) -> tuple[IPNetwork, ...]:
+        """`trusted_proxies` parsed (empty when unset)."""
+        return proxy_networks(self.trusted_proxies or "")
 
     def input_limits(self) -> limits.InputLimits:
         """The input caps in force."""

@@ -244,3 +244,17 @@ def test_a_bad_limit_stops_serve_naming_it(tmp_path: Path, variable: str, value:
     env = service_env(tmp_path, **{variable: value})
     p = subprocess.run([sys.executable, "-m", "rootproof.cli", "serve", "--port", "1"], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and variable in p.stderr and expected in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_browser_session_is_decided_from_its_headers_too(server: ProcessServer) -> None:
+    """The key gate reads a browser's session cookie as the routes do: a stale session posting
+    33 MiB is refused before its body, and so is a live-looking cookie sent cross-site."""
+    from rootproof.service.sessions import SESSION_COOKIE
+
+    head = _head("POST", "/api/chat", length=BIG).replace(b"\r\n\r\n", f"\r\nCookie: {SESSION_COOKIE}=stale-token-0123456789abcdef\r\n\r\n".encode())
+    with _connect(server, timeout=5) as sock:
+        sock.sendall(head)
+        answer, closed = _read_answer(sock)
+        assert closed, f"the server waited for the body: {answer!r}"
+        got, _headers, problem = _problem(answer)
+        assert got == 401 and problem["field"] == "Cookie" and "session" in str(problem["detail"]), answer

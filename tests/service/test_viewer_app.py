@@ -65,3 +65,13 @@ def test_the_page_needs_a_key_and_shows_reasoning_only_to_auditors(tmp_path: Pat
         assert operator.by("reasoning-hidden") and not operator.by("reasoning-step")
         assert auditor.by("reasoning-step") and not auditor.by("reasoning-hidden")
         assert c.get("/runs/no-such-run", headers=auth(AUDITOR_KEY)).status_code == 404
+
+
+def test_a_server_without_keys_needs_no_sign_in(open_server: ThreadServer) -> None:
+    with httpx.Client(base_url=open_server.url, timeout=30) as c:
+        page = c.get("/login", headers={"Accept": "text/html"})
+        assert page.status_code == 200 and 'data-testid="no-auth"' in page.text and 'name="key"' not in page.text
+        assert "rootproof_login" not in " ".join(page.headers.get_list("set-cookie"))
+        refused = c.post("/login", data={"key": "anything-at-all-1234"}, headers={"Origin": open_server.url})
+        assert refused.status_code == 400 and "--no-auth" in refused.json()["detail"]
+        assert "rootproof_session" not in " ".join(refused.headers.get_list("set-cookie"))

@@ -45,6 +45,7 @@ TABLES = {
     "run_event",
     "eval_run",
     "eval_case_result",
+    "web_session",
 }
 CJK_REASONING = ("数据库连接池耗尽导致支付接口超时，需要核对慢查询与锁等待。" * 1200)[:32_000]
 # Characters outside the Basic Multilingual Plane need 4 bytes in UTF-8 (utf8mb4 on MariaDB).
@@ -112,7 +113,7 @@ def test_migrations_apply_from_empty_and_match_models(store_url: str) -> None:
         assert set(sa.inspect(engine).get_table_names()) == TABLES | {m.VERSION_TABLE}
         with engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"version_table": m.VERSION_TABLE})
-            assert context.get_current_revision() == "0004"
+            assert context.get_current_revision() == "0005"
             diff = compare_metadata(context, m.Base.metadata)
         assert diff == []
     finally:
@@ -435,6 +436,24 @@ def test_unknown_run(store: SqlTraceStore) -> None:
     assert store.trace("nope") is None
     assert store.events("nope") == []
     assert store.reasoning("nope") == []
+
+
+def test_web_sessions_expire_close_and_are_swept(store: SqlTraceStore) -> None:
+    """Browser sign-ins: found until they expire or are closed; opening one deletes the expired."""
+    a, b, c = (f"{n:064x}" for n in (1, 2, 3))
+    store.open_web_session(a, "key:aaaaaaaaaaaa", expires_at=_t(60), now=_t())
+    store.open_web_session(b, "key:bbbbbbbbbbbb", expires_at=_t(3600), now=_t())
+    assert store.web_session(a, now=_t(59)) == "key:aaaaaaaaaaaa"
+    assert store.web_session(a, now=_t(60)) is None  # expired at its instant
+    assert store.web_session("f" * 64, now=_t()) is None
+    assert store.close_web_session(b) and not store.close_web_session(b)
+    assert store.web_session(b, now=_t()) is None
+    store.open_web_session(c, "key:cccccccccccc", expires_at=_t(7200), now=_t(61))  # sweeps a
+    with store.engine.connect() as conn:
+        rows = conn.execute(sa.select(m.WebSession.token_hash, m.WebSession.principal)).all()
+    assert [tuple(r) for r in rows] == [(c, "key:cccccccccccc")]
+    with pytest.raises(StoreError, match="refused to record a browser sign-in"):
+        store.open_web_session(c, "key:dddddddddddd", expires_at=_t(7200), now=_t(61))
 
 
 def test_naive_datetime_is_refused(store: SqlTraceStore) -> None:

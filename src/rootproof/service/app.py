@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Body, Depends, FastAPI, Header, HTTPException, Path, Query, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.sse import EventSourceResponse, ServerSentEvent
@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from rootproof.alerts import AlertPayload, parse_alert
-from rootproof.errors import AlertError, UsageError
+from rootproof.errors import AlertError, StoreError, UsageError
 from rootproof.run.records import EventRecord, RunRecord
 from rootproof.service.auth import (
     Principal,
@@ -36,10 +36,24 @@ from rootproof.service.auth import (
     require_grant,
     service_keys,
 )
+from rootproof.service.browser import (
+    install_browser_routes,
+    login_location,
+    own_origin,
+    request_is_tls,
+    wants_html,
+)
 from rootproof.service.core import Evidence, Service
 from rootproof.service.hub import Heartbeat, follow_events
 from rootproof.service.jobs import RunRequest
 from rootproof.service.jsondepth import DEPTH_LIMIT, too_deep
+from rootproof.service.sessions import (
+    SESSION_COOKIE,
+    ProxyTrust,
+    cookie_value,
+    cross_site_reason,
+    principal_from_session_cookie,
+)
 from rootproof.settings import Settings, load_settings
 
 __all__ = ["create_app", "app_from_environment", "is_loopback"]
@@ -174,7 +188,10 @@ def create_app(
         version=_version(),
         summary="Diagnose production incidents; publish only what the evidence proves.",
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc: rootproof.service.browser, their assets from a package
+        redoc_url=None,
     )
+    app.state.proxy_trust = ProxyTrust(settings.trusted_proxy_networks())
     from rootproof.service.limits import BodyLimit, KeyGate, NoStore
 
     # Outermost first: NoStore, then the key gate (401/403 from the headers alone, before any
@@ -186,7 +203,7 @@ def create_app(
         default=(CHAT_BODY_BYTES, "the 1 MiB request cap"),
         timeout_s=settings.service_body_timeout_s,
     )
-    app.add_middleware(KeyGate, keyring=keyring, no_auth=no_auth, need=_key_need(app))  # type: ignore[arg-type]
+    app.add_middleware(KeyGate, who=_gate_who, need=_key_need(app))  # type: ignore[arg-type]
     app.add_middleware(NoStore)  # type: ignore[arg-type]
 
     @app.exception_handler(StarletteHTTPException)  # also the framework's own (404 no route, 405, 400 unreadable body)
@@ -212,6 +229,15 @@ def create_app(
         safe = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in errors[:20]]
         return JSONResponse({"detail": detail, "field": field, "errors": safe}, status_code=422)
 
+    @app.exception_handler(_SignInFirst)
+    async def _sign_in_first(request: Request, exc: _SignInFirst) -> RedirectResponse:
+        resp = RedirectResponse(login_location(exc.next_path), status_code=303, headers={"Cache-Control": "no-store"})
+        if cookie_value(request.headers, SESSION_COOKIE) is not None:  # a stale one: forget it
+            secure = request_is_tls(request, request.app.state.proxy_trust)
+            resp.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict", secure=secure)
+        return resp
+
+    install_browser_routes(app, login_failures_per_minute=settings.login_failures_per_minute)
     _routes(app)
     return app
 
@@ -247,20 +273,70 @@ def _refused(exc: Refusal) -> HTTPException:
     return HTTPException(exc.status, {"detail": exc.detail, "field": exc.field}, headers=exc.headers or None)
 
 
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
 async def _principal(
     request: Request,
     service: Annotated[Service, Depends(_service)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
 ) -> Principal:
-    del credentials  # declared for the OpenAPI document; the decision is principal_from_headers's
+    """Who sent a request (`_who`, the key gate's decision too), as the routes' dependency."""
+    del credentials  # declared for the OpenAPI document; the decision is `_who`'s
     try:
-        return principal_from_headers(service.keyring, request.headers, no_auth=service.no_auth)
+        return await _who(service, request)
     except Refusal as exc:
         raise _refused(exc) from None
 
 
+async def _who(service: Service, request: Request) -> Principal:
+    """Who sent a request, from its headers alone, before any byte of its body is read (the key
+    gate and the routes both ask this): the key of `Authorization: Bearer` (programs,
+    `auth.principal_from_headers`), else a browser's session cookie
+    (`rootproof.service.sessions`), which a state-changing request may only carry from this
+    service's own pages (CSRF). A `Refusal` (401, 403, or 503 when the store cannot say)."""
+    headers = request.headers
+    if service.no_auth or "authorization" in headers or cookie_value(headers, SESSION_COOKIE) is None:
+        return principal_from_headers(service.keyring, headers, no_auth=service.no_auth)
+    try:
+        who = await asyncio.to_thread(principal_from_session_cookie, headers, service.store, service.keyring)
+    except StoreError:
+        raise Refusal(503, "the trace store is unavailable: the browser session cannot be checked", None) from None
+    if who is None:
+        raise Refusal(401, "the browser session expired or was signed out: sign in again at /login", "Cookie")
+    if request.method not in _SAFE_METHODS:
+        refused = cross_site_reason(headers, own_origin(request, request.app.state.proxy_trust))
+        if refused is not None:
+            raise Refusal(403, refused[1], refused[0])
+    return who
+
+
+class _SignInFirst(Exception):
+    """A browser asked for a page without a valid sign-in: it is sent to the form."""
+
+    def __init__(self, next_path: str) -> None:
+        super().__init__(next_path)
+        self.next_path = next_path
+
+
+async def _page_principal(
+    request: Request,
+    service: Annotated[Service, Depends(_service)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
+) -> Principal:
+    """`_principal` for a page: a browser (`Accept: text/html`, no `Authorization`) that is not
+    signed in is redirected to `/login` (and back afterwards); a program still gets the 401."""
+    try:
+        return await _principal(request, service, credentials)
+    except HTTPException as exc:
+        if exc.status_code == 401 and credentials is None and wants_html(request):
+            raise _SignInFirst(request.url.path) from None
+        raise
+
+
 ServiceDep = Annotated[Service, Depends(_service)]
 Who = Annotated[Principal, Depends(_principal)]
+PageWho = Annotated[Principal, Depends(_page_principal)]
 
 
 def _need(who: Principal, grant: str) -> None:
@@ -298,6 +374,12 @@ def _route_need(dependant: Dependant) -> tuple[bool, str | None]:
         stack.extend(item.dependencies)
     grant = "ask" if any(c is _asker for c in calls) else "audit" if any(c is _auditor for c in calls) else None
     return grant is not None or any(c is _principal for c in calls), grant
+
+
+async def _gate_who(scope: MutableMapping[str, Any]) -> Principal:
+    """`_who` for the key gate, from the request's scope (its headers; no body is read)."""
+    request = Request(scope)
+    return await _who(_service(request), request)
 
 
 def _key_need(app: FastAPI) -> Callable[[MutableMapping[str, Any]], tuple[bool, str | None]]:
@@ -672,10 +754,16 @@ def _routes(app: FastAPI) -> None:
 
         return Response(service.metrics.render(), media_type=CONTENT_TYPE)
 
-    @app.get("/runs/{run_id}", response_class=HTMLResponse, tags=["trace"], responses=_problems(401, 404, 422, json_only=True))
-    async def viewer(service: ServiceDep, who: Who, run_id: RunId) -> HTMLResponse:
+    @app.get(
+        "/runs/{run_id}",
+        response_class=HTMLResponse,
+        tags=["trace"],
+        responses={303: {"description": "A browser (`Accept: text/html`) not signed in: to `/login`, and back afterwards."}, **_problems(401, 404, 422, json_only=True)},
+    )
+    async def viewer(service: ServiceDep, who: PageWho, run_id: RunId, request: Request) -> HTMLResponse:
         """One self-contained page: the run's question, route, timeline, claims and citations,
-        guard verdicts and what the user received; reasoning only for auditors."""
+        guard verdicts and what the user received; reasoning only for auditors. A browser signs
+        in at `/login` (a session cookie); programs send the key."""
         await visible_run(service, who, run_id)
         doc = await asyncio.to_thread(service.store.trace, run_id)
         if doc is None:
@@ -683,4 +771,5 @@ def _routes(app: FastAPI) -> None:
         texts = await asyncio.to_thread(service.store.reasoning, run_id) if who.may("audit") else None
         from rootproof.service.viewer import render_run_page
 
-        return HTMLResponse(render_run_page(doc, reasoning=texts))
+        by_cookie = not service.no_auth and "authorization" not in request.headers and cookie_value(request.headers, SESSION_COOKIE) is not None
+        return HTMLResponse(render_run_page(doc, reasoning=texts, signed_in_as=f"{who.name} ({who.role})" if by_cookie else None))

@@ -131,6 +131,15 @@ class KeyRing:
                 found = Principal(name="key:" + known.hex()[:12], role=role)
         return found
 
+    def principal_named(self, name: str) -> Principal | None:
+        """The principal whose public name is `name` (`key:1a2b3c4d5e6f`) with its role now, or
+        None when no configured key has that name (a browser session of a key since removed)."""
+        for known, role in self._entries:
+            if "key:" + known.hex()[:12] == name:
+                return Principal(name=name, role=role)
+        return None
+
+
 
 class Refusal(Exception):
     """A request refused from its headers: `401` (no key, or an unknown one) or `403` (the role

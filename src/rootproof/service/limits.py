@@ -22,9 +22,7 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from starlette.datastructures import Headers
-
-from rootproof.service.auth import KeyRing, Refusal, principal_from_headers, require_grant
+from rootproof.service.auth import Principal, Refusal, require_grant
 
 __all__ = ["BodyLimit", "KeyGate", "NoStore"]
 
@@ -38,13 +36,12 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 class KeyGate:
     """`401`/`403` from the headers alone, before any byte of a body is read. `need(scope)`
     says whether the request's route needs a key and which grant its role must hold (None:
-    any key); who sent it is `auth.principal_from_headers`'s decision, the one the routes'
-    own dependency makes too. A `--no-auth` server passes every request (the loopback admin)."""
+    any key); `who(scope)` says who sent it (a key, a browser's session) or raises a
+    `Refusal` — the decision the routes' own dependency makes too."""
 
-    def __init__(self, app: ASGIApp, *, keyring: KeyRing, no_auth: bool, need: Callable[[Scope], tuple[bool, str | None]]) -> None:
+    def __init__(self, app: ASGIApp, *, who: Callable[[Scope], Awaitable[Principal]], need: Callable[[Scope], tuple[bool, str | None]]) -> None:
         self.app = app
-        self.keyring = keyring
-        self.no_auth = no_auth
+        self.who = who
         self.need = need
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -52,7 +49,7 @@ class KeyGate:
             needs_key, grant = self.need(scope)
             if needs_key:
                 try:
-                    who = principal_from_headers(self.keyring, Headers(scope=scope), no_auth=self.no_auth)
+                    who = await self.who(scope)
                     if grant is not None:
                         require_grant(who, grant)
                 except Refusal as exc:

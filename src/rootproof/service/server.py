@@ -61,6 +61,7 @@ def serve_config(app: Any, settings: Settings, **kwargs: Any) -> ServeConfig:
         header_timeout_s=settings.service_header_timeout_s,
         max_connections=settings.service_max_connections,
         timeout_keep_alive=settings.service_keepalive_s,
+        proxy_headers=False,  # the app believes X-Forwarded-* from ROOTPROOF_TRUSTED_PROXIES only
         **kwargs,
     )
 

@@ -79,6 +79,7 @@ header.top .brand{font-weight:700;letter-spacing:.02em}
 header.top nav a{color:#c9d6e6;text-decoration:none;margin-right:14px;font-size:13px}
 header.top nav a:hover{color:#fff}
 header.top .tools{margin-left:auto}
+header.top form.signout{display:inline;margin-left:12px;font-size:13px;color:#c9d6e6}
 button{font:inherit;font-size:12px;border:1px solid #5d6b7b;background:#2b3746;color:#fff;border-radius:4px;padding:2px 8px;cursor:pointer;margin-left:4px}
 h1{font-size:20px;margin:6px 0 2px} h2{font-size:16px;margin:0 0 10px} h3{font-size:14px;margin:14px 0 6px}
 section.card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:16px 20px;margin:16px 0}
@@ -149,6 +150,8 @@ _CSP = (
     f"default-src 'none'; style-src {_csp_hash(_CSS)}; script-src {_csp_hash(_JS)}; "
     "img-src 'none'; base-uri 'none'; form-action 'none'"
 )
+_CSP_SIGNED_IN = _CSP.replace("form-action 'none'", "form-action 'self'")
+"""The policy of a page with the sign-out form: forms may post to this service only."""
 
 
 # -- escaping and bounds -----------------------------------------------------------------------
@@ -868,7 +871,7 @@ def _reasoning(trace: dict[str, Any], reasoning: list[dict[str, Any]] | None) ->
 # -- the page ----------------------------------------------------------------------------------
 
 
-def render_run_page(trace: Mapping[str, Any], *, reasoning: list[dict[str, Any]] | None = None) -> str:
+def render_run_page(trace: Mapping[str, Any], *, reasoning: list[dict[str, Any]] | None = None, signed_in_as: str | None = None) -> str:
     """One self-contained HTML document for one run's trace.
 
     Args:
@@ -876,6 +879,9 @@ def render_run_page(trace: Mapping[str, Any], *, reasoning: list[dict[str, Any]]
             `reasoning` metadata, `events`).
         reasoning: `SqlTraceStore.reasoning(run_id)`, for auditors only; None shows a note that
             the reasoning is hidden (with its metadata alone).
+        signed_in_as: who a browser session belongs to (`key:1a2b3c4d5e6f (operator)`): the
+            header then names it beside a sign-out button (a form posting to `/logout`, the
+            one form the page's policy allows).
 
     Raises:
         ValueError: `trace` has no `run` (an unknown run).
@@ -902,14 +908,21 @@ def render_run_page(trace: Mapping[str, Any], *, reasoning: list[dict[str, Any]]
     )
     doc = (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP if signed_in_as is None else _CSP_SIGNED_IN}">'
         '<meta name="viewport" content="width=device-width,initial-scale=1"><meta name="referrer" content="no-referrer">'
         '<meta name="robots" content="noindex">'
         f"<title>rootproof run {_t(run.get('run_id'), 100)}</title><style>{_CSS}</style></head>"
         f'<body data-run-id="{_a(run.get("run_id"))}">'
         '<header class="top"><div class="inner"><span class="brand">rootproof · trace</span>'
         f'<nav>{nav}</nav><span class="tools"><button type="button" id="expand-all">expand all</button>'
-        '<button type="button" id="collapse-all">collapse all</button></span></div></header><main>'
+        '<button type="button" id="collapse-all">collapse all</button></span>'
+        + (
+            ""
+            if signed_in_as is None
+            else f'<form class="signout" method="post" action="/logout" data-testid="sign-out">{_t(signed_in_as, 100)} '
+            '<button type="submit" id="sign-out">sign out</button></form>'
+        )
+        + "</div></header><main>"
         + _summary(run, data)
         + _timeline(data, cited, verified)
         + _claims(run, data, se, cited)

@@ -43,6 +43,7 @@ __all__ = [
     "ToolInvocation",
     "UTCDateTime",
     "VERSION_TABLE",
+    "WebSession",
 ]
 
 LongText: TypeEngine[str] = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
@@ -174,6 +175,20 @@ class AlertGroup(Base):
     group_key: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
     """sha256 of the source and the payload's `groupKey` (never the raw key: it holds labels)."""
     run_id: Mapped[str] = mapped_column(sa.String(64), nullable=False)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+
+
+class WebSession(Base):
+    """A browser sign-in (`POST /login`): every replica reads it, logout deletes it."""
+
+    __tablename__ = "web_session"
+    __table_args__ = (sa.Index("idx_web_session_expires", "expires_at"), TABLE_OPTIONS)
+
+    token_hash: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    """SHA-256 (hex) of the session cookie's token; the token itself is never stored."""
+    principal: Mapped[str] = mapped_column(sa.String(128), nullable=False)
+    """The signed-in key's public name (`key:1a2b3c4d5e6f`); its role is the key's at each request."""
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
 
 

@@ -64,6 +64,7 @@ from rootproof.store.models import (
     EvalRun,
     RunEvent,
     ToolInvocation,
+    WebSession,
 )
 
 __all__ = ["SqlTraceStore", "needs_read_only", "upgrade"]
@@ -635,6 +636,27 @@ class SqlTraceStore:
             s.execute(self._upsert(ChatSession, row, "session_id", update=False))
             found = s.get(ChatSession, session_id)
             return found.owner if found is not None else owner
+
+    def open_web_session(self, token_hash: str, principal: str, *, expires_at: datetime, now: datetime | None = None) -> None:
+        """Record a browser sign-in by the SHA-256 of its token (never the token); sign-ins
+        expired by `now` are deleted on the way (the index on `expires_at` keeps it cheap)."""
+        now = now or utcnow()
+        with self._session("record a browser sign-in") as s:
+            s.execute(sa.delete(WebSession).where(WebSession.expires_at <= now).execution_options(synchronize_session=False))
+            s.add(WebSession(token_hash=token_hash, principal=principal, created_at=now, expires_at=expires_at))
+
+    def web_session(self, token_hash: str, *, now: datetime | None = None) -> str | None:
+        """The principal of an unexpired browser sign-in, or None (unknown, expired or signed out)."""
+        now = now or utcnow()
+        stmt = sa.select(WebSession.principal).where(WebSession.token_hash == token_hash, WebSession.expires_at > now)
+        with self._session("read a browser sign-in") as s:
+            return s.scalar(stmt)
+
+    def close_web_session(self, token_hash: str) -> bool:
+        """Delete a browser sign-in (logout); True when there was one."""
+        stmt = sa.delete(WebSession).where(WebSession.token_hash == token_hash).execution_options(synchronize_session=False)
+        with self._session("delete a browser sign-in") as s:
+            return bool(getattr(s.execute(stmt), "rowcount", 0))
 
     def readiness(self) -> dict[str, Any]:
         """`{database: bool, migrations: bool, revision, head}` for readiness probes; never raises."""
