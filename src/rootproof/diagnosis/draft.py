@@ -101,7 +101,7 @@ class DraftStage(PlannerState):
                 ex = _excerpt(symptom[0][1].text, [])
                 text = f"{svc} 症状：“{ex}”" if zh else f"Symptom at {svc}: \"{ex}\""
                 add_claim(text, "finding", [cite(h, []) for _, h in symptom])
-            card_ref = self._card_hit(best, observations)
+            card_ref = self._card_hit(best, observations, "zh" if zh else "en")
             kc_ids = []
             if card_ref is not None:
                 ex = _excerpt(card_ref.text, [])
@@ -423,14 +423,16 @@ class DraftStage(PlannerState):
                 break
         return out[:n]
 
-    @staticmethod
-    def _card_hit(c: Candidate, observations: list[Observation]) -> Hit | None:
+    def _card_hit(self, c: Candidate, observations: list[Observation], language: str) -> Hit | None:
+        """The first card found for the root cause written in the answer's language (a card in
+        the other language is not quoted: an English answer does not cite a Chinese card)."""
         for o in observations:
             if o.tool != "lookup_knowledge" or not o.ready:
                 continue
             for ref in o.refs:
                 m = _CARD_ID.match(str(ref.get("text", "")))
-                if m and m.group(1) in c.cards:
+                card = self.kb.cards.get(m.group(1)) if m else None
+                if m and m.group(1) in c.cards and card is not None and card.language == language:
                     return Hit(invocation_id=o.invocation_id, tool=o.tool, raw_path=str(ref["raw_path"]), text=str(ref["text"]), data_source=str(ref.get("data_source", "knowledge")))
         return None
 

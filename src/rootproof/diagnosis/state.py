@@ -183,8 +183,7 @@ class PlannerState:
         def _first_refs(observations: list[Observation], n: int = 3) -> list[Hit]:
             ...
 
-        @staticmethod
-        def _card_hit(c: Candidate, observations: list[Observation]) -> Hit | None:
+        def _card_hit(self, c: Candidate, observations: list[Observation], language: str) -> Hit | None:
             ...
 
         @staticmethod
