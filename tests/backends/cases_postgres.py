@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+from psycopg.conninfo import conninfo_to_dict
+
 from rootproof.backends.live.postgres import PostgresBackend
 from rootproof.targets import PostgresTarget
 
@@ -21,7 +23,7 @@ def case() -> Iterator[list[ContractCase]]:
     """One case: every kind the local server can answer, while a row lock is held."""
     with private_database() as dsn, tempfile.TemporaryDirectory() as tmp, row_lock(dsn):
         log = Path(tmp) / "postgresql-15-main.log"
-        write_server_log(log)
+        write_server_log(log, db=str(conninfo_to_dict(dsn)["dbname"]))
         target = PostgresTarget(name="orders-db", kind="postgres", dsn=dsn, log=log, timeout_s=5)
         backend = PostgresBackend(target, environ={})
         try:

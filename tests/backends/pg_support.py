@@ -106,8 +106,9 @@ def row_lock(dsn: str, waiters: int = 1) -> Iterator[RowLock]:
             c.close()
 
 
-def write_server_log(path: Path, now: datetime | None = None) -> list[str]:
-    """A server log in PostgreSQL 15's own format (`%m [%p] %q%u@%d `), the last lines minutes before `now`."""
+def write_server_log(path: Path, now: datetime | None = None, db: str = "orders") -> list[str]:
+    """A server log in PostgreSQL 15's own format (`%m [%p] %q%u@%d `), the last lines minutes
+    before `now`; its sessions are in database `db` (a target reads its own database's records)."""
     now = now or datetime.now(UTC)
 
     def ts(minutes: float) -> str:
@@ -116,19 +117,19 @@ def write_server_log(path: Path, now: datetime | None = None) -> list[str]:
     old, t1, t2, t3 = ts(120), ts(9), ts(5), ts(2)
     lines = [
         f"{old} [2748] LOG:  checkpoint starting: time",
-        f"{t1} [2806] app@orders LOG:  process 2806 still waiting for ShareLock on transaction 728 after 1000.152 ms",
-        f"{t1} [2806] app@orders DETAIL:  Process holding the lock: 2802. Wait queue: 2806.",
-        f'{t1} [2806] app@orders CONTEXT:  while updating tuple (0,1) in relation "merchant_balances"',
-        f"{t1} [2806] app@orders STATEMENT:  {WAITER_SQL}",
-        f"{t2} [2851] app@orders ERROR:  deadlock detected",
-        f"{t2} [2851] app@orders DETAIL:  Process 2851 waits for ShareLock on transaction 731; blocked by process 2857.",
+        f"{t1} [2806] app@{db} LOG:  process 2806 still waiting for ShareLock on transaction 728 after 1000.152 ms",
+        f"{t1} [2806] app@{db} DETAIL:  Process holding the lock: 2802. Wait queue: 2806.",
+        f'{t1} [2806] app@{db} CONTEXT:  while updating tuple (0,1) in relation "merchant_balances"',
+        f"{t1} [2806] app@{db} STATEMENT:  {WAITER_SQL}",
+        f"{t2} [2851] app@{db} ERROR:  deadlock detected",
+        f"{t2} [2851] app@{db} DETAIL:  Process 2851 waits for ShareLock on transaction 731; blocked by process 2857.",
         "\tProcess 2857 waits for ShareLock on transaction 730; blocked by process 2851.",
         "\tProcess 2851: UPDATE t SET v=v+1 WHERE id=2;",
         "\tProcess 2857: UPDATE t SET v=v+1 WHERE id=1;",
-        f"{t2} [2851] app@orders HINT:  See server log for query details.",
-        f'{t2} [2851] app@orders CONTEXT:  while updating tuple (0,2) in relation "t"',
-        f"{t2} [2851] app@orders STATEMENT:  UPDATE t SET v=v+1 WHERE id=2;",
-        f"{t3} [2972] app@orders FATAL:  remaining connection slots are reserved for non-replication superuser connections",
+        f"{t2} [2851] app@{db} HINT:  See server log for query details.",
+        f'{t2} [2851] app@{db} CONTEXT:  while updating tuple (0,2) in relation "t"',
+        f"{t2} [2851] app@{db} STATEMENT:  UPDATE t SET v=v+1 WHERE id=2;",
+        f"{t3} [2972] app@{db} FATAL:  remaining connection slots are reserved for non-replication superuser connections",
     ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return lines

@@ -207,7 +207,7 @@ def test_missing_pg_stat_statements_is_no_evidence(dsn: str) -> None:
 def test_the_log_is_read_newest_first_and_bounded(tmp_path: Path) -> None:
     log = tmp_path / "pg.log"
     lines = write_server_log(log)
-    backend = _backend("postgresql://nobody@127.0.0.1:1/none", log=log)  # a log read needs no connection
+    backend = _backend("postgresql://nobody@127.0.0.1:1/postgres", log=log)  # a log read needs no connection
     out = _call(backend, kind="log", since="1h")
     data = out.json()
     assert data["total_matches"] == 3 and data["lines"][0].startswith(lines[-1][:23])
@@ -219,9 +219,9 @@ def test_the_log_is_read_newest_first_and_bounded(tmp_path: Path) -> None:
     big = tmp_path / "big.log"
     filler = "".join(f"2020-01-01 00:00:{i % 60:02d}.000 UTC [1] LOG:  old line {i}\n" for i in range(5000))
     big.write_text(filler + log.read_text())
-    bounded = _call(_backend("postgresql://nobody@127.0.0.1:1/none", log=big, max_bytes=4096), kind="log", since="7d")
+    bounded = _call(_backend("postgresql://nobody@127.0.0.1:1/postgres", log=big, max_bytes=4096), kind="log", since="7d")
     assert bounded.details["bytes_read"] <= 4096 and bounded.json()["lines"][0].startswith(lines[-1][:23])
-    missing = _backend("postgresql://nobody@127.0.0.1:1/none", log=tmp_path / "nope.log")
+    missing = _backend("postgresql://nobody@127.0.0.1:1/postgres", log=tmp_path / "nope.log")
     with pytest.raises(BackendQueryError, match="nope.log"):
         _call(missing, kind="log")
 
@@ -237,7 +237,7 @@ def test_real_postgresql_logs_keep_their_continuation_lines(shared_data: Path) -
     assert "duration: 697.916 ms" in duration and records[2].ts == datetime(2026, 11, 30, 7, 4, 58, 980000, tzinfo=UTC)
     queue = parse_records((shared_data / "real-logs" / "postgresql-row-lock-queue.log").read_text())
     assert [len(r.lines) for r in queue] == [4, 3, 3, 2, 1, 1]
-    backend = _backend("postgresql://nobody@127.0.0.1:1/none", log=shared_data / "real-logs" / "postgresql-extended-protocol.log")
+    backend = _backend("postgresql://nobody@127.0.0.1:1/postgres", log=shared_data / "real-logs" / "postgresql-extended-protocol.log")
     out = _call(backend, now=datetime(2026, 11, 30, 7, 30, tzinfo=UTC), kind="log", since="1h", query='"due to statement timeout"')
     assert out.json()["lines"] == [
         "2026-11-30 07:05:28.386 UTC [3042] app@appdb ERROR:  canceling statement due to statement timeout\n"
@@ -277,3 +277,26 @@ def test_bad_configuration_is_a_config_error_at_construction() -> None:
     target = PostgresTarget(name="orders-db", kind="postgres", dsn="postgresql://app@127.0.0.1/orders", password_env="NO_SUCH_PW")
     with pytest.raises(ConfigError, match="NO_SUCH_PW is not set"):
         PostgresBackend(target, environ={})
+
+
+def test_the_log_reads_the_targets_database_and_the_server_wide_records(tmp_path: Path) -> None:
+    """Issue 30, point 6: the records of another database on the same server (its lock waits,
+    its deadlocks) are not this target's evidence; a refused connection (FATAL) and a record of
+    no database concern the whole server and stay."""
+    now = datetime(2026, 11, 30, 7, 30, tzinfo=UTC)
+    log = tmp_path / "pg.log"
+    log.write_text(
+        "2026-11-30 07:20:00.000 UTC [2701] LOG:  checkpoint complete: wrote 12 buffers\n"
+        "2026-11-30 07:21:00.000 UTC [2806] app@orders LOG:  process 2806 still waiting for ShareLock on transaction 728 after 1000.152 ms\n"
+        "2026-11-30 07:22:00.000 UTC [2851] billing@billing ERROR:  deadlock detected\n"
+        "2026-11-30 07:22:00.000 UTC [2851] billing@billing DETAIL:  Process 2851 waits for ShareLock on transaction 731; blocked by process 2857.\n"
+        "2026-11-30 07:23:00.000 UTC [2972] billing@billing FATAL:  remaining connection slots are reserved for non-replication superuser connections\n"
+    )
+    own = _call(_backend("postgresql://app@127.0.0.1:1/orders", log=log), now=now, kind="log", since="1h").json()["lines"]
+    assert len(own) == 3 and not any("deadlock" in line for line in own), own
+    assert any("@orders" in line for line in own) and any("FATAL" in line for line in own) and any("checkpoint" in line for line in own)
+    empty = _call(_backend("postgresql://app@127.0.0.1:1/orders", log=log), now=now, kind="log", since="1h", query='"deadlock detected"').json()
+    assert empty["lines"] == [] and "1 record of other databases on this server left out" in empty["no_evidence"], empty
+    # A maintenance database's connection watches the whole server.
+    every = _call(_backend("postgresql://monitor@127.0.0.1:1/postgres", log=log), now=now, kind="log", since="1h").json()["lines"]
+    assert len(every) == 4 and any("deadlock detected" in line for line in every)

@@ -35,7 +35,7 @@ from .procs import free_port
 pytestmark = pytest.mark.services
 
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
-NOWHERE = "postgresql://nobody@127.0.0.1:1/none"  # a log read needs no connection
+NOWHERE = "postgresql://nobody@127.0.0.1:1/postgres"  # a log read needs no connection
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,14 @@ from psycopg.rows import dict_row
 from pydantic import BaseModel, ValidationError
 
 from rootproof.backends.live import postgres_sql as q
-from rootproof.backends.live.postgres_log import in_window, open_regular, parse_records, read_tail, zone_of
+from rootproof.backends.live.postgres_log import (
+    in_window,
+    of_database,
+    open_regular,
+    parse_records,
+    read_tail,
+    zone_of,
+)
 from rootproof.backends.live.postgres_session import Watchdog, connect_params, discover_log, masked_dsn, shut
 from rootproof.backends.live.refusal import refusal_answer, refused_result
 from rootproof.backends.query import TimeWindow, order_matches, parse_query
@@ -327,6 +334,13 @@ class PostgresBackend:
             self._found_log = discover_log(self._tx(), self._target.name)
         return self._found_log
 
+    def _log_database(self) -> str | None:
+        """Whose records `kind=log` reads: the target's database (its `dsn`'s dbname, else its
+        user, as libpq defaults), or every database's when that is a maintenance database
+        (`postgres`, `template1`): a monitoring connection watches the whole server."""
+        name = self._params.get("dbname") or self._params.get("user")
+        return None if not name or name in ("postgres", "template0", "template1") else str(name)
+
     def _log(self, args: InspectPostgresArgs, now: datetime) -> tuple[LinesResult, int, int]:
         window = TimeWindow(start=window_start(now, args.since), end=now)
         path, why = self._log_path() if self._target.log is not None else self._run(self._log_path)
@@ -340,6 +354,7 @@ class PostgresBackend:
             except BackendQueryError as exc:
                 raise BackendQueryError(f"{self._where()}: cannot read the server log: {exc}") from None
             records = parse_records(text, at_start=at_start, default_tz=self._log_tz)
+        records, others = of_database(records, self._log_database())
         candidates, undated = in_window(records, window, parse_query(args.query))
         ordered = order_matches(candidates)
         page = ordered[args.offset : args.offset + args.limit]
@@ -350,6 +365,8 @@ class PostgresBackend:
             )
             if undated:
                 filters += f"; {undated} records without a timestamp were left out (log_line_prefix lacks %m or %t)"
+            if others:
+                filters += f"; {others} record{'s' if others != 1 else ''} of other databases on this server left out"
             no_evidence = self._no_evidence(args, filters + why, f"in window {window.text()}")
         win = window.as_dict()
         out = LinesResult(

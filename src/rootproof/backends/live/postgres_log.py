@@ -32,7 +32,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from rootproof.backends.query import TextQuery, TimeWindow
 from rootproof.errors import BackendQueryError
 
-__all__ = ["CONTINUATIONS", "LogRecord", "in_window", "jsonlog_record", "line_timestamp", "open_regular", "parse_records", "read_tail", "zone_of"]
+__all__ = ["CONTINUATIONS", "SERVER_WIDE", "LogRecord", "in_window", "of_database", "jsonlog_record", "line_timestamp", "open_regular", "parse_records", "read_tail", "zone_of"]
 
 CONTINUATIONS = frozenset({"DETAIL", "HINT", "QUERY", "CONTEXT", "STATEMENT", "LOCATION"})
 """Severities of the lines that continue the record before them (same process)."""
@@ -49,6 +49,8 @@ _SEVERITY = re.compile(
 )
 _BARE = re.compile(r"^(DEBUG[1-5]|INFO|NOTICE|WARNING|ERROR|LOG|FATAL|PANIC|DETAIL|HINT|QUERY|CONTEXT|STATEMENT|LOCATION):  ")
 _PID = re.compile(r"\[(\d+)\]")
+_USER_DB = re.compile(r"(?:^|\s)[^\s@\[\]]*@([^\s@\[\]]+)(?=\s|$)")
+"""`%u@%d` in a line's prefix: the user (may be empty) and the database."""
 _JSON_TS = '{"timestamp":"'
 _JSON_PARTS = (("detail", "DETAIL"), ("hint", "HINT"), ("internal_query", "QUERY"), ("context", "CONTEXT"), ("statement", "STATEMENT"))
 _UTC_NAMES = frozenset({"UTC", "GMT", "Z", "UCT", "ETC/UTC", "ETC/GMT"})
@@ -61,6 +63,10 @@ class LogRecord:
     ts: datetime | None
     pid: str | None = None
     lines: list[str] = field(default_factory=list)
+    db: str | None = None
+    """The database of its first line's `%u@%d` prefix (None: none printed, a server-wide record)."""
+    severity: str | None = None
+    """Its first line's severity (`LOG`, `ERROR`, `FATAL` …)."""
 
     @property
     def text(self) -> str:
@@ -145,7 +151,7 @@ def jsonlog_record(line: str, default: tzinfo = UTC) -> LogRecord | None:
         if obj.get(key) not in (None, ""):
             lines.append(f"{head} {label}:  {obj[key]}")
     text_lines = "\n".join(lines).split("\n")
-    return LogRecord(ts=line_timestamp(stamp, default), pid=pid, lines=text_lines)
+    return LogRecord(ts=line_timestamp(stamp, default), pid=pid, lines=text_lines, db=str(obj["dbname"]) if obj.get("dbname") else None, severity=severity)
 
 
 def parse_records(text: str, *, at_start: bool = True, default_tz: tzinfo = UTC) -> list[LogRecord]:
@@ -181,12 +187,13 @@ def parse_records(text: str, *, at_start: bool = True, default_tz: tzinfo = UTC)
             ):
                 current.lines.append(line)
                 continue
-            current = LogRecord(ts=ts, pid=pid, lines=[line])
+            db_m = _USER_DB.search(head)
+            current = LogRecord(ts=ts, pid=pid, lines=[line], db=db_m.group(1) if db_m else None, severity=sev.group(1) if sev else None)
             records.append(current)
             continue
         bare = _BARE.match(line)
         if bare and bare.group(1) not in CONTINUATIONS:
-            current = LogRecord(ts=None, lines=[line])
+            current = LogRecord(ts=None, lines=[line], severity=bare.group(1))
             records.append(current)
         elif current is not None:
             current.lines.append(line)
@@ -197,6 +204,21 @@ def parse_records(text: str, *, at_start: bool = True, default_tz: tzinfo = UTC)
         while r.lines and not r.lines[-1].strip():
             r.lines.pop()
     return [r for r in records if r.lines]
+
+
+SERVER_WIDE = frozenset({"FATAL", "PANIC"})
+"""Severities kept from every database: a refused connection (`too many clients`, `remaining
+connection slots are reserved`) or a crash concerns the whole server."""
+
+
+def of_database(records: list[LogRecord], database: str | None) -> tuple[list[LogRecord], int]:
+    """The records of `database`, those that name none (server-wide), and `SERVER_WIDE` ones of
+    any database; with how many records of other databases were left out. `database` None keeps
+    every record."""
+    if database is None:
+        return records, 0
+    kept = [r for r in records if r.db is None or r.db == database or r.severity in SERVER_WIDE]
+    return kept, len(records) - len(kept)
 
 
 def in_window(records: list[LogRecord], window: TimeWindow, query: TextQuery) -> tuple[list[tuple[int, datetime, str]], int]:
