@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import errors as pgerr
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from rootproof.backends.live.postgres import PostgresBackend
 from rootproof.backends.live.postgres_log import parse_records
@@ -300,3 +300,21 @@ def test_the_log_reads_the_targets_database_and_the_server_wide_records(tmp_path
     # A maintenance database's connection watches the whole server.
     every = _call(_backend("postgresql://monitor@127.0.0.1:1/postgres", log=log), now=now, kind="log", since="1h").json()["lines"]
     assert len(every) == 4 and any("deadlock detected" in line for line in every)
+
+
+def test_sessions_and_locks_of_another_database_on_the_server_are_not_this_targets(dsn: str) -> None:
+    """A row lock held in another database of the same server: this target's `locks` and
+    `activity` views show none of it (its waiters cannot be this database's), while a DSN on the
+    maintenance database sees the whole server."""
+    with private_database() as other, row_lock(other) as lock:
+        own = _backend(dsn)
+        whole = _backend(make_conninfo(dsn, dbname="postgres"))
+        try:
+            assert _call(own, kind="locks").json()["rows"] == []
+            pids = {r["pid"] for r in _call(own, kind="activity", limit=50).json()["rows"]}
+            assert lock.holder_pid not in pids and not set(lock.waiter_pids) & pids
+            waiting = {r["pid"] for r in _call(whole, kind="locks").json()["rows"]}
+            assert set(lock.waiter_pids) <= waiting and lock.holder_pid in waiting
+        finally:
+            own.close()
+            whole.close()

@@ -238,7 +238,7 @@ class PostgresBackend:
     def _row_kind(self, args: InspectPostgresArgs, now: datetime) -> tuple[RowsResult, int, int]:
         note = ""
         if args.kind in _ROW_SQL:
-            rows = self._fetch(_ROW_SQL[args.kind], {"cap": q.MAX_ROWS, "qmax": q.MAX_QUERY_CHARS})
+            rows = self._fetch(_ROW_SQL[args.kind], {"cap": q.MAX_ROWS, "qmax": q.MAX_QUERY_CHARS, "db": self._own_database()})
             if args.kind == "locks" and not rows:
                 note = "; no session waits on a lock"
             elif args.kind in q.LOAD_BY and not rows:
@@ -334,10 +334,11 @@ class PostgresBackend:
             self._found_log = discover_log(self._tx(), self._target.name)
         return self._found_log
 
-    def _log_database(self) -> str | None:
-        """Whose records `kind=log` reads: the target's database (its `dsn`'s dbname, else its
-        user, as libpq defaults), or every database's when that is a maintenance database
-        (`postgres`, `template1`): a monitoring connection watches the whole server."""
+    def _own_database(self) -> str | None:
+        """Whose sessions, locks and log records `kind=activity`, `locks` and `log` read: the
+        target's database (its `dsn`'s dbname, else its user, as libpq defaults), or every
+        database's (None) when that is a maintenance database (`postgres`, `template0`,
+        `template1`): a monitoring connection watches the whole server."""
         name = self._params.get("dbname") or self._params.get("user")
         return None if not name or name in ("postgres", "template0", "template1") else str(name)
 
@@ -354,7 +355,7 @@ class PostgresBackend:
             except BackendQueryError as exc:
                 raise BackendQueryError(f"{self._where()}: cannot read the server log: {exc}") from None
             records = parse_records(text, at_start=at_start, default_tz=self._log_tz)
-        records, others = of_database(records, self._log_database())
+        records, others = of_database(records, self._own_database())
         candidates, undated = in_window(records, window, parse_query(args.query))
         ordered = order_matches(candidates)
         page = ordered[args.offset : args.offset + args.limit]

@@ -178,14 +178,15 @@ SELECT a.pid, a.usename, a.datname, a.application_name, host(a.client_addr) AS c
 FROM pg_stat_activity a
 WHERE a.pid <> pg_backend_pid()
   AND a.backend_type NOT IN ({", ".join(f"'{t}'" for t in AUXILIARY)})
+  AND (%(db)s::text IS NULL OR a.datname = %(db)s)
 ORDER BY (a.backend_type = 'client backend') DESC,
          CASE a.state WHEN 'idle in transaction' THEN 0 WHEN 'idle in transaction (aborted)' THEN 0
                       WHEN 'active' THEN 1 WHEN 'idle' THEN 2 ELSE 3 END,
          a.xact_start NULLS LAST, a.backend_start, a.pid
 LIMIT %(cap)s
 """
-"""Every session but rootproof's own and the server's auxiliary processes: client backends first,
-open transactions first."""
+"""Every session of the target's database (`db`; NULL: of every database) but rootproof's own
+and the server's auxiliary processes: client backends first, open transactions first."""
 
 _SAME_OBJECT = " AND ".join(
     f"g.{c} IS NOT DISTINCT FROM w.{c}"
@@ -197,6 +198,7 @@ WITH waiting AS (
     SELECT l.*, pg_blocking_pids(l.pid) AS blocking_pids
     FROM pg_locks l
     WHERE NOT l.granted AND l.pid IS NOT NULL AND l.pid <> pg_backend_pid()
+      AND (%(db)s::text IS NULL OR EXISTS (SELECT 1 FROM pg_stat_activity s WHERE s.pid = l.pid AND s.datname = %(db)s))
     ORDER BY l.waitstart NULLS LAST, l.pid
     LIMIT %(cap)s
 ), held AS (
@@ -220,8 +222,9 @@ FROM picked r LEFT JOIN pg_stat_activity a ON a.pid = r.pid
 ORDER BY r.k, r.waitstart NULLS LAST, r.pid, r.locktype, r.mode
 LIMIT %(cap)s
 """
-"""Locks waited on (with `pg_blocking_pids`), then the granted locks of their blockers on the
-same lock object, each with its session's user, state and query."""
+"""Locks waited on by sessions of the target's database (`db`; NULL: of every database), with
+`pg_blocking_pids`, then the granted locks of their blockers on the same lock object, each with
+its session's user, state and query."""
 
 DATABASE_STATS = """
 SELECT d.datname, d.numbackends, b.datconnlimit, d.xact_commit, d.xact_rollback,
