@@ -34,17 +34,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import secrets
 import shutil
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from _figures import pct, progress
 
 from rootproof.service.process import ServeProcess, start_serve
 
@@ -55,18 +55,6 @@ ANSWER_WAIT_S = 30.0
 """How long a big post waits for its answer once its body is all written."""
 
 
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def pct(xs: list[float], q: float) -> float | None:
-    """The q-th percentile (linear interpolation), None when empty."""
-    if not xs:
-        return None
-    s = sorted(xs)
-    pos = (len(s) - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def rss_mb(pid: int) -> float | None:

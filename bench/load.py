@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import secrets
 import shutil
@@ -47,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _figures import pct, progress
 
 from rootproof.service.process import ServeProcess, start_serve
 
@@ -60,18 +60,6 @@ MAX_SHOWN = 20
 """Failures printed (all are counted, and all go to --json)."""
 
 
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def pct(xs: list[float], q: float) -> float | None:
-    """The q-th percentile (linear interpolation, as numpy's default), None when empty."""
-    if not xs:
-        return None
-    s = sorted(xs)
-    pos = (len(s) - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def fmt(x: float | None, width: int = 7) -> str:

@@ -139,6 +139,10 @@ class Tab:
                 yield str(event["params"]["request"]["url"])
 
 
+HEADLESS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--disable-extensions")
+"""How the tests run chromium: headless, no sandbox (root in a container), no GPU, no first-run pages."""
+
+
 @contextlib.contextmanager
 def launch(chromium: str, profile: Path, *, extra: list[str] | None = None, ready_s: float = 30) -> Iterator[Browser]:
     """Headless chromium on a DevTools port of its choosing, connected; closed on exit. Every
@@ -147,13 +151,8 @@ def launch(chromium: str, profile: Path, *, extra: list[str] | None = None, read
     profile.mkdir(parents=True, exist_ok=True)
     cmd = [
         chromium,
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
+        *HEADLESS,
         "--no-default-browser-check",
-        "--disable-extensions",
         "--disable-background-networking",
         "--disable-component-update",
         "--disable-sync",

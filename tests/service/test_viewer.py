@@ -456,14 +456,11 @@ def pages() -> Iterator[tuple[dict[str, bytes], str]]:
 
 def _browse(chromium: str, profile: Path, url: str, *args: str) -> str:
     """Run headless chromium on `url` (its own process group, killed whole on a timeout); its stdout."""
+    from tests.service.cdp import HEADLESS
+
     cmd = [
         chromium,
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--disable-extensions",
+        *HEADLESS,
         f"--user-data-dir={profile}",
         *args,
         url,
