@@ -647,6 +647,10 @@ def serve(
             load_targets(settings.targets)
         except ConfigError as exc:
             raise ConfigError(f"ROOTPROOF_TARGETS: {exc}") from exc
+    if settings.notifications is not None:  # and the notification receivers (their URLs are read, never shown)
+        from rootproof.service.notify import load_receivers
+
+        load_receivers(settings.notifications, os.environ)
     from rootproof.service.server import run, serve_config
 
     status(f"rootproof serve on http://{host}:{port} ({workers} worker{'s' if workers > 1 else ''}{', no auth' if no_auth else ''})", "dim")

@@ -150,6 +150,16 @@ class Settings(BaseSettings):
     existing run (`duplicate: true`); 0 turns de-duplication off."""
     stalled_job_timeout_s: float = Field(default=30.0, ge=2, le=3600)
     """A job whose worker sent no heartbeat for this long is retried by another replica."""
+    replica_timeout_s: float = Field(default=30.0, ge=1, le=3600)
+    """A replica whose heartbeat is older than this is gone: every other replica's sweep closes
+    the runs it was executing (FAILED, "worker lost"). Heartbeats and sweeps run every third of it."""
+    webhook_max_attempts: int = Field(default=2, ge=1, le=10)
+    """Runs one alert group gets when workers are lost mid-run (the first and its retries)."""
+    notifications: Path | None = None
+    """A YAML file of receivers notified when an alert run ends (docs/service.md "Notifications")."""
+    public_url: str | None = Field(default=None, max_length=2000)
+    """The service's address as people reach it (`https://rootproof.example.com`): the link in
+    notifications. Default: none (no link)."""
     sse_heartbeat_s: float = Field(default=15.0, gt=0, le=300)
     """A comment line on an idle event stream every this many seconds."""
     service_header_timeout_s: float = Field(default=10.0, gt=0, le=300)
@@ -191,6 +201,18 @@ class Settings(BaseSettings):
     """Longest question a run asks and keeps (longer ones are cut, saying so), characters. Default 8000."""
     max_stored_related_alerts: int = Field(default=limits.STORED_RELATED_ALERTS, ge=0)
     """Related alerts a run's record keeps (the rest are counted, not kept). Default 100."""
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment or any(c in value for c in "<>|\" \t\n"):
+            raise ValueError("expected the service's address as an http(s) URL without query or fragment, e.g. https://rootproof.example.com")
+        return value.strip().rstrip("/")
 
     @field_validator("trusted_proxies")
     @classmethod

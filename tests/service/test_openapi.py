@@ -33,6 +33,7 @@ ROUTES: dict[str, set[str]] = {
     "/api/runs/{run_id}/events": {"get"},
     "/api/alerts/alertmanager": {"post"},
     "/api/alerts/grafana": {"post"},
+    "/api/runs": {"get"},
     "/api/runs/{run_id}": {"get"},
     "/api/runs/{run_id}/cancel": {"post"},
     "/api/diagnosis/{session_id}/trace": {"get"},

@@ -76,7 +76,7 @@ def test_health_readiness_and_metrics(server: ThreadServer) -> None:
         stream(c, "POST", "/api/chat", json={"message": "why is checkout timing out", "scenario": "pg-row-lock"}, headers=auth(OPERATOR_KEY))
         # The run is counted when its diagnosis returns, just after its `done` event went out:
         # on a loaded machine the scrape right after the stream may come first (bounded wait).
-        counted = 'rootproof_runs_total{kind="chat",release_outcome="PUBLISHED",status="SUCCESS"}'
+        counted = 'rootproof_runs_total{fallback_type="",kind="chat",release_outcome="PUBLISHED",status="SUCCESS"}'
         deadline = time.monotonic() + 10
         while counted not in (text := c.get("/metrics").text) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -84,6 +84,8 @@ def test_health_readiness_and_metrics(server: ThreadServer) -> None:
         assert "rootproof_tool_calls_total{" in text and 'status="READY"' in text
         assert 'rootproof_guard_verdicts_total{guard="evidence_guard",verdict="PASS"}' in text
         assert "rootproof_time_to_first_event_seconds_bucket" in text
+        for family in ("rootproof_jobs", "rootproof_job_wait_seconds", "rootproof_job_retries_total", "rootproof_stalled_workers", "rootproof_alert_to_delivery_seconds"):
+            assert f"# TYPE {family.removesuffix('_total')}" in text, family
         assert OPERATOR_KEY not in text
 
 

@@ -38,6 +38,9 @@ from rootproof.store.sql import SQLITE_BUSY_TIMEOUT_MS
 TABLES = {
     "chat_session",
     "alert_group",
+    "run_alert_fingerprint",
+    "service_replica",
+    "notification_dead_letter",
     "diagnosis_run",
     "agent_step",
     "tool_invocation",
@@ -113,7 +116,7 @@ def test_migrations_apply_from_empty_and_match_models(store_url: str) -> None:
         assert set(sa.inspect(engine).get_table_names()) == TABLES | {m.VERSION_TABLE}
         with engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"version_table": m.VERSION_TABLE})
-            assert context.get_current_revision() == "0005"
+            assert context.get_current_revision() == "0006"
             diff = compare_metadata(context, m.Base.metadata)
         assert diff == []
     finally:

@@ -8,10 +8,14 @@ shutdown. Routes: docs/service.md.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import Body, Depends, FastAPI, Header, HTTPException, Path, Query, Request
@@ -21,7 +25,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.sse import EventSourceResponse, ServerSentEvent
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -43,7 +47,7 @@ from rootproof.service.browser import (
     request_is_tls,
     wants_html,
 )
-from rootproof.service.core import Evidence, Service
+from rootproof.service.core import ALERT_KINDS, Evidence, Service, group_hash
 from rootproof.service.hub import Heartbeat, follow_events
 from rootproof.service.jobs import RunRequest
 from rootproof.service.jsondepth import DEPTH_LIMIT, too_deep
@@ -55,6 +59,7 @@ from rootproof.service.sessions import (
     principal_from_session_cookie,
 )
 from rootproof.settings import Settings, load_settings
+from rootproof.store.sql import RunFilter
 
 __all__ = ["create_app", "app_from_environment", "is_loopback"]
 
@@ -92,10 +97,42 @@ class RunView(BaseModel):
 
     run_id: str
     session_id: str
+    kind: str | None = Field(description="chat | alertmanager | grafana (null: a run of the command line).")
     state: str
     status: Literal["SUCCESS", "CANCELLED", "TIMED_OUT", "FAILED"] | None
     release_outcome: str | None
+    fallback_type: str | None
     content: dict[str, Any] | None
+    executor: str | None = Field(description="The replica that executed the run (`host:pid:id`), null until one took it.")
+    retry_of: str | None = Field(description="The run this one replaces (an alert run whose worker was lost).")
+
+
+class RunSummary(BaseModel):
+    """One run of `GET /api/runs` (no content: read the run for it)."""
+
+    run_id: str
+    session_id: str
+    kind: str
+    source: str | None = Field(description="A webhook's `receiver`.")
+    state: str
+    status: str | None
+    release_outcome: str | None
+    fallback_type: str | None
+    language: str
+    scenario_id: str | None
+    executor: str | None
+    retry_of: str | None
+    started_at: str
+    ended_at: str | None
+    received_at: str | None
+    delivered_at: str | None
+
+
+class RunList(BaseModel):
+    """`GET /api/runs`: newest first; `next_cursor` continues the listing (null at its end)."""
+
+    runs: list[RunSummary]
+    next_cursor: str | None
 
 
 class CancelAnswer(BaseModel):
@@ -399,6 +436,29 @@ def _key_need(app: FastAPI) -> Callable[[MutableMapping[str, Any]], tuple[bool, 
     return need
 
 
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _write_cursor(started_at: datetime, run_id: str) -> str:
+    """An opaque cursor: where the previous page ended (its last run's start and id)."""
+    raw = json.dumps([started_at.isoformat(), run_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _read_cursor(cursor: str) -> tuple[datetime, str]:
+    """The position a cursor names; 422 naming `cursor` when it is not one of ours."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at, run_id = json.loads(raw)
+        when = datetime.fromisoformat(at)
+        if when.tzinfo is None or not isinstance(run_id, str) or len(run_id) > 64:
+            raise ValueError(cursor)
+        return when, run_id
+    except (ValueError, TypeError, UnicodeDecodeError, binascii.Error):
+        raise _problem(422, "cursor: not a cursor of this listing (use next_cursor as given)", "cursor") from None
+
+
 def _evidence(service: Service, scenario: str | None) -> Evidence:
     try:
         return service.evidence(scenario)
@@ -464,14 +524,20 @@ def _routes(app: FastAPI) -> None:
             raise _problem(404, "no such session", "session_id")
 
     async def visible_run(service: Service, who: Principal, run_id: str) -> RunRecord:
+        """A run the caller may read: its own session's, any alert run (operators and admins
+        read them all), or any run for auditors and admins; else 404."""
         record = await asyncio.to_thread(service.store.get_run, run_id)
         if record is None:
             raise _problem(404, "no such run", "run_id")
         if not who.may("audit"):
             owner = await asyncio.to_thread(service.store.session_owner, record.session_id)
-            if owner != who.name:
+            if owner != who.name and not await is_alert_run(service, run_id):
                 raise _problem(404, "no such run", "run_id")
         return record
+
+    async def is_alert_run(service: Service, run_id: str) -> bool:
+        meta = await asyncio.to_thread(service.store.run_meta, run_id)
+        return bool(meta and meta.get("kind") in ALERT_KINDS)
 
     def sse(item: EventRecord | Heartbeat) -> ServerSentEvent:
         if isinstance(item, Heartbeat):
@@ -489,10 +555,11 @@ def _routes(app: FastAPI) -> None:
     async def chat(service: ServiceDep, request: Annotated[RunRequest, Depends(_prepared_chat)]) -> AsyncIterator[ServerSentEvent]:
         """Ask a question; the run's events stream back (metadata, status, tool, content, done).
 
-        A client that disconnects cancels its run, which still reaches a persisted terminal
-        state. Resume a stream with `GET /api/runs/{run_id}/events` and `Last-Event-ID`."""
+        A client that disconnects does not cancel its run: it goes on to its end (or its
+        deadline), and the stream resumes with `GET /api/runs/{run_id}/events` and
+        `Last-Event-ID`, on any replica. Cancel with `POST /api/runs/{run_id}/cancel`."""
         t0 = asyncio.get_running_loop().time()
-        local = service.start_chat(request)
+        service.start_chat(request)  # before following: the stream reads the run from this replica
         done = False
         first = True
         try:
@@ -509,9 +576,6 @@ def _routes(app: FastAPI) -> None:
                 )
         except Exception as exc:  # noqa: BLE001 - after the stream started, errors are events
             yield ServerSentEvent(event="error", data={"type": "error", "run_id": request.run_id, "data": {"code": "STREAM_ERROR", "message": type(exc).__name__}})
-        finally:
-            if not done:
-                local.cancellation.cancel("the client disconnected")
 
     async def events_after(
         service: ServiceDep,
@@ -596,6 +660,8 @@ def _routes(app: FastAPI) -> None:
                         targets=found.targets,
                         alert=redact_value(data),
                         kind="webhook",
+                        source=source,
+                        queued_at=time.time(),
                     )
                 )
             except Exception as exc:  # noqa: BLE001 - the sender retries a 503; the claim is released
@@ -631,18 +697,81 @@ def _routes(app: FastAPI) -> None:
         del payload
         return await webhook(service, who, request, "grafana", scenario)
 
+    @app.get("/api/runs", tags=["runs"], responses=_problems(401, 422))
+    async def list_runs(
+        service: ServiceDep,
+        who: Who,
+        kind: Annotated[Literal["chat", "alertmanager", "grafana"] | None, Query(description="The kind of run.")] = None,
+        source: Annotated[str | None, Query(max_length=128, description="A webhook's `receiver`.")] = None,
+        group_key: Annotated[str | None, Query(max_length=8192, description="An Alertmanager `groupKey` (its hash is looked up).")] = None,
+        fingerprint: Annotated[str | None, Query(max_length=128, description="The fingerprint of one of the run's alerts.")] = None,
+        status: Annotated[Literal["SUCCESS", "CANCELLED", "TIMED_OUT", "FAILED"] | None, Query()] = None,
+        release_outcome: Annotated[Literal["PUBLISHED", "FALLBACK", "NONE"] | None, Query()] = None,
+        fallback_type: Annotated[str | None, Query(max_length=64, pattern=r"^[A-Z_]+$")] = None,
+        since: Annotated[AwareDatetime | None, Query(description="Runs started at or after this instant (RFC 3339).")] = None,
+        until: Annotated[AwareDatetime | None, Query(description="Runs started before this instant (RFC 3339).")] = None,
+        limit: Annotated[int, Query(ge=1, le=200)] = 50,
+        cursor: Annotated[str | None, Query(max_length=512, description="`next_cursor` of the previous page.")] = None,
+    ) -> RunList:
+        """The service's runs, newest first: an operator sees its own chat runs and every alert
+        run; auditors and admins see every run. `next_cursor` pages on (null at the end)."""
+        after = _read_cursor(cursor) if cursor else None
+        where = RunFilter(
+            kinds=(kind,) if kind else None,
+            owner=None if who.may("audit") else who.name,
+            alert_source=source,
+            group_hash=group_hash(group_key) if group_key is not None else None,
+            fingerprint=fingerprint,
+            status=status,
+            release_outcome=release_outcome,
+            fallback_type=fallback_type,
+            since=since,
+            until=until,
+        )
+        rows = await asyncio.to_thread(service.store.list_service_runs, where, limit=limit + 1, after=after)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        runs = [
+            RunSummary(
+                run_id=r["run_id"],
+                session_id=r["session_id"],
+                kind=r["kind"],
+                source=r["alert_source"],
+                state=r["lifecycle_state"],
+                status=r["status"],
+                release_outcome=r["release_outcome"],
+                fallback_type=r["fallback_type"],
+                language=r["language"],
+                scenario_id=r["scenario_id"],
+                executor=r["executor"],
+                retry_of=r["retry_of"],
+                started_at=r["started_at"].isoformat(),
+                ended_at=_iso(r["ended_at"]),
+                received_at=_iso(r["received_at"]),
+                delivered_at=_iso(r["delivered_at"]),
+            )
+            for r in rows
+        ]
+        next_cursor = _write_cursor(rows[-1]["started_at"], rows[-1]["run_id"]) if more and rows else None
+        return RunList(runs=runs, next_cursor=next_cursor)
+
     @app.get("/api/runs/{run_id}", tags=["runs"], responses=_problems(401, 404, 422))
     async def get_run(service: ServiceDep, who: Who, run_id: RunId) -> RunView:
         """A run's lifecycle state, terminal status (null until terminal), outcome and content."""
         record = await visible_run(service, who, run_id)
         state = await asyncio.to_thread(service.run_state, record)
+        meta = await asyncio.to_thread(service.store.run_meta, run_id) or {}
         return RunView(
             run_id=record.run_id,
             session_id=record.session_id,
+            kind=meta.get("kind"),
             state=state,
             status=record.status,  # type: ignore[arg-type]
             release_outcome=record.release_outcome,
+            fallback_type=record.fallback_type,
             content=record.content,
+            executor=meta.get("executor"),
+            retry_of=meta.get("retry_of"),
         )
 
     @app.post(
@@ -654,6 +783,10 @@ def _routes(app: FastAPI) -> None:
     async def cancel_run(service: ServiceDep, who: Asker, run_id: RunId) -> CancelAnswer:
         """Cancel a run wherever it executes (any replica)."""
         record = await visible_run(service, who, run_id)
+        if not who.may("audit"):  # an operator reads every alert run but cancels only its own
+            owner = await asyncio.to_thread(service.store.session_owner, record.session_id)
+            if owner != who.name:
+                raise _problem(403, "only the key that started the run, or an admin key, may cancel it", "run_id")
         if record.status is not None:
             raise _problem(409, f"the run already ended ({record.status})", "run_id")
         requested = await service.cancel_bus.request(run_id)
@@ -662,7 +795,8 @@ def _routes(app: FastAPI) -> None:
         return CancelAnswer(run_id=run_id, cancel_requested=requested, state=await asyncio.to_thread(service.run_state, record))
 
     async def run_in_session(service: Service, who: Principal, session_id: str, run_id: str) -> RunRecord:
-        await owned_session(service, who, session_id)
+        if not (who.may("ask") and await is_alert_run(service, run_id)):  # alert runs: every operator
+            await owned_session(service, who, session_id)
         record = await asyncio.to_thread(service.store.get_run, run_id)
         if record is None or record.session_id != session_id:
             raise _problem(404, "no such run in this session", "runId")

@@ -9,6 +9,8 @@ run id at once, and any replica's worker executes the run. Either way, every eve
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import logging
 import os
 import socket
@@ -21,15 +23,16 @@ from typing import TYPE_CHECKING, Any
 
 from rootproof.alerts import AlertPayload
 from rootproof.boundary.redaction import redact, redact_value
-from rootproof.errors import ConfigError, UsageError
+from rootproof.errors import ConfigError, StoreError, UsageError
 from rootproof.guard.fallback import FallbackType, SafeFallbackFactory
 from rootproof.harness import Harness
-from rootproof.run.records import EventRecord, RunRecord, utcnow
+from rootproof.run.records import RunRecord, utcnow
 from rootproof.service.auth import KeyRing
 from rootproof.service.cancel import CancelBus
 from rootproof.service.hub import LocalRun, RunHub
 from rootproof.service.jobs import InProcessJobs, JobQueue, ProcrastinateJobs, RunRequest, libpq_dsn
 from rootproof.service.metrics import ServiceMetrics
+from rootproof.service.notify import Receiver, build_notification, deliver, load_receivers
 from rootproof.settings import Settings
 from rootproof.store.sql import SqlTraceStore
 
@@ -39,12 +42,20 @@ if TYPE_CHECKING:
     from rootproof.scenarios.types import Scenario
     from rootproof.targets import LoadedTargets
 
-__all__ = ["Service", "WORKER_LOST"]
+__all__ = ["ALERT_KINDS", "Service", "WORKER_LOST", "group_hash"]
+
+ALERT_KINDS = ("alertmanager", "grafana")
+"""The kinds of the webhook runs (every operator reads them)."""
 
 log = logging.getLogger(__name__)
 
 WORKER_LOST = "worker lost"
 """The error of a run whose worker stopped mid-run (its job's retry closes it)."""
+
+
+def group_hash(group_key: str) -> str:
+    """The stored hash of an Alertmanager `groupKey` alone (`GET /api/runs?group_key=`)."""
+    return hashlib.sha256(group_key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -70,7 +81,10 @@ class Service:
         self.store: SqlTraceStore = sink
         self.hub = RunHub()
         self.metrics = ServiceMetrics()
-        self.replica = f"{socket.gethostname()}:{os.getpid()}"
+        self.replica = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        """This process's instance id (`host:pid:random`): its heartbeat row and its runs' `executor`."""
+        self._operating: asyncio.Task[None] | None = None
+        self.receivers: list[Receiver] = []
         self.targets: LoadedTargets | None = None
         self._scenarios: dict[str, Scenario] = {}
         self._scenario_ids: set[str] | None = None
@@ -85,9 +99,11 @@ class Service:
                 concurrency=settings.worker_concurrency,
                 stalled_after_s=settings.stalled_job_timeout_s,
                 worker_name=self.replica,
+                deliver=self._deliver_attempt,
+                on_retry=self.metrics.job_retries.inc,
             )
         else:
-            self.jobs = InProcessJobs(self.execute_job, settings.worker_concurrency)
+            self.jobs = InProcessJobs(self.execute_job, settings.worker_concurrency, deliver=self._deliver_attempt)
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -102,9 +118,13 @@ class Service:
                 raise ConfigError(f"ROOTPROOF_TARGETS: {exc}") from exc
         # Warm up before the port answers ready: the knowledge base (the offline planner and
         # `lookup_knowledge` read it), the model client and the card catalogue.
+        if self.settings.notifications is not None:
+            self.receivers = load_receivers(self.settings.notifications, os.environ)
         await asyncio.to_thread(self._warm_up)
+        await asyncio.to_thread(self.store.heartbeat, self.replica)
         await self.jobs.start()
         await self.cancel_bus.start()
+        self._operating = asyncio.create_task(self._operate(), name="rootproof-heartbeat")
 
     def _warm_up(self) -> None:
         self.runtime.knowledge  # noqa: B018 - loads the cards and their index once
@@ -124,28 +144,60 @@ class Service:
         for request in await self.jobs.stop():
             await asyncio.to_thread(self._close_unstarted, request.run_id)
         self.hub.cancel_all("the server is shutting down")
+        if self._operating is not None:
+            self._operating.cancel()
+            with contextlib.suppress(BaseException):
+                await self._operating
+        if not self.hub.ids():  # every run of this replica ended: it leaves the heartbeat table
+            with contextlib.suppress(StoreError):
+                await asyncio.to_thread(self.store.forget_replica, self.replica)
         await self.cancel_bus.stop()
         self._chat_pool.shutdown(wait=False, cancel_futures=True)
 
+    # -- liveness ---------------------------------------------------------------------------
+    @property
+    def sweep_interval_s(self) -> float:
+        """How often this replica sends its heartbeat and sweeps the runs of lost replicas."""
+        return max(0.5, self.settings.replica_timeout_s / 3)
+
+    async def _operate(self) -> None:
+        """Every `sweep_interval_s`: this replica's heartbeat, the sweep of the runs of replicas
+        whose heartbeat is older than `replica_timeout_s`, and the job queue's gauges. Every
+        replica does it (no leader): closing a run is conditional, so two sweeps never both close it."""
+        while True:
+            await asyncio.sleep(self.sweep_interval_s)
+            try:
+                await asyncio.to_thread(self.store.heartbeat, self.replica)
+                await asyncio.to_thread(self.sweep_lost)
+                stalled = await asyncio.to_thread(self.store.stalled_replicas, self.settings.replica_timeout_s)
+                self.metrics.stalled_workers.set(stalled)
+                for status, count in (await self.jobs.counts()).items():
+                    self.metrics.jobs.labels(status).set(count)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the next round tries again
+                log.warning("heartbeat or sweep failed: %s", type(exc).__name__)
+
+    def sweep_lost(self) -> int:
+        """Close the runs whose executor's heartbeat is older than `replica_timeout_s`, as a
+        lost worker's are closed (FAILED, INTERNAL_ERROR, `content` and `done`). A webhook run
+        closed here is retried by its job's retry (procrastinate's stalled-job check)."""
+        closed = 0
+        for run_id, executor in self.store.lost_runs(self.settings.replica_timeout_s):
+            if executor == self.replica:
+                continue  # this replica is alive (a heartbeat write that failed once)
+            if self._close_lost(run_id, f"{WORKER_LOST}: {executor} sent no heartbeat for {self.settings.replica_timeout_s:g} s") is not None:
+                closed += 1
+                log.warning("closed run %s: its replica %s stopped sending heartbeats", run_id, executor)
+        return closed
+
     def _close_unstarted(self, run_id: str) -> None:
         """A queued job the server will not run (shutdown): its run ends CANCELLED, with its `done`."""
-        record = self.store.get_run(run_id)
-        if record is None or record.status is not None:
-            return
-        now = utcnow()
-        record.lifecycle_state = "CANCELLED"
-        record.status = "CANCELLED"
-        record.release_outcome = "NONE"
-        record.error = "cancelled: the server shut down before the job started"
-        record.ended_at = now
-        record.duration_ms = 0
-        self.store.save_run(record)
-        events = self.store.events(run_id)
-        if not any(e.type == "done" for e in events):
-            seq = events[-1].seq if events else 0
-            self.store.add_event(
-                EventRecord(run_id=run_id, seq=seq + 1, type="done", data={"release_outcome": "NONE", "status": "CANCELLED", "duration_ms": 0, "tokens": 0})
-            )
+        closed = self.store.close_run(
+            run_id, status="CANCELLED", release_outcome="NONE", fallback_type=None, content=None, error="cancelled: the server shut down before the job started"
+        )
+        if closed is not None:
+            self.metrics.count_closed(self._kind_of(run_id), closed)
 
     # -- evidence -------------------------------------------------------------------------
     def scenario_ids(self) -> set[str]:
@@ -202,12 +254,33 @@ class Service:
             )
         finally:
             self.metrics.running.labels(kind).dec()
-        self.metrics.observe_run(kind, outcome)
+        self.metrics.observe_run(self._kind_of(request.run_id, request), outcome)
         return outcome
 
+    def _kind_of(self, run_id: str, request: RunRequest | None = None) -> str:
+        """A run's kind for metric labels: chat, alertmanager, grafana (else `other`)."""
+        if request is not None and request.kind == "chat":
+            return "chat"
+        if request is not None and request.source:
+            return request.source
+        try:
+            meta = self.store.run_meta(run_id) or {}
+        except StoreError:
+            meta = {}
+        return str(meta.get("kind") or "other")
+
     def start_chat(self, request: RunRequest) -> LocalRun:
-        """Start a chat run on this replica's chat pool; its stream follows the returned run."""
+        """Start a chat run on this replica's chat pool; its stream follows the returned run.
+
+        The run is recorded (with this replica as its executor) before it starts, so that the
+        sweep of another replica closes it if this one dies before the run ends."""
         local = self.hub.add(LocalRun(run_id=request.run_id))
+        try:
+            self.store.save_run(self._waiting_record(request))
+            self.store.tag_run(request.run_id, kind="chat")
+            self.store.claim_executor(request.run_id, self.replica)
+        except StoreError:
+            log.warning("could not record chat run %s before it started", request.run_id)
 
         def work() -> None:
             try:
@@ -222,15 +295,29 @@ class Service:
         self._chat_pool.submit(work)
         return local
 
+    def _waiting_record(self, request: RunRequest) -> RunRecord:
+        """The record of a run that has not started (its question redacted and bounded)."""
+        from rootproof.harness import _language_of
+        from rootproof.limits import clip_text
+
+        question = clip_text(redact(request.question), self.settings.input_limits().question_chars)
+        return RunRecord(
+            run_id=request.run_id,
+            session_id=request.session_id,
+            question=question,
+            language=_language_of(question),
+            scenario_id=request.scenario,
+            principal=request.principal,
+        )
+
     def accept_alert(self, payload: AlertPayload, raw: dict[str, Any], *, principal: str, evidence: Evidence, source: str) -> tuple[str, bool]:
         """Record a webhook's run before it is queued: `(run_id, duplicate)`.
 
         A payload whose `groupKey` was seen within `alert_dedup_window_s` gives the run that
         holds the group and `duplicate` True (nothing is queued).
         """
-        import hashlib
-
         run_id = str(uuid.uuid4())
+        received = utcnow()
         group_key = raw.get("groupKey")
         window = self.settings.alert_dedup_window_s
         if isinstance(group_key, str) and group_key and window > 0:
@@ -250,7 +337,17 @@ class Service:
                 scenario_id=evidence.scenario,
                 principal=principal,
                 alert=clean.trace(limits.stored_related_alerts),
+                started_at=received,
             )
+        )
+        receiver = raw.get("receiver")
+        self.store.tag_run(
+            run_id,
+            kind=source,
+            alert_source=redact(receiver)[:128] if isinstance(receiver, str) and receiver else None,
+            group_hash=group_hash(group_key) if isinstance(group_key, str) and group_key else None,
+            received_at=received,
+            fingerprints=[a.fingerprint for a in [clean.primary, *clean.related] if a.fingerprint],
         )
         return run_id, False
 
@@ -260,33 +357,116 @@ class Service:
         self.store.release_alert_group(run_id)
         self._close_lost(run_id, reason)
 
-    def execute_job(self, request: RunRequest) -> None:
-        """A worker's job: run the diagnosis once; on a retry after a lost worker, close the run.
+    def execute_job(self, request: RunRequest) -> str | None:
+        """A worker's job: run the alert's diagnosis once; returns the final run's status.
 
-        Idempotent: a run already terminal is left alone; a run an earlier attempt started (its
-        executor is recorded) is closed as FAILED / `INTERNAL_ERROR` ("worker lost"), never run
-        twice; a run still waiting is run now.
+        Idempotent, and a retry (procrastinate retries the job of a worker that stopped sending
+        heartbeats) follows the alert's runs to the last one:
+        - a run still waiting is taken (its executor recorded) and run here;
+        - a run an earlier attempt started is closed FAILED / `INTERNAL_ERROR` ("worker lost")
+          unless it already is (another replica's sweep closes it too);
+        - a run closed as "worker lost" gets one successor (`retry_of`, same session), run here,
+          and the alert group is pointed at it, while the alert has had fewer than
+          `webhook_max_attempts` runs; after that the lost run is the final one;
+        - any other terminal run is left alone.
+        Only the final run of an alert notifies.
         """
-        record = self.store.get_run(request.run_id)
+        run_id = request.run_id
+        for _ in range(self.settings.webhook_max_attempts + 2):
+            successor = self.store.successor_of(run_id)
+            if successor is None:
+                break
+            run_id = successor
+        record = self.store.get_run(run_id)
         if record is None:
-            log.warning("job for unknown run %s dropped", request.run_id)
-            return
-        if record.status is not None:
-            return
-        previous = self.store.executor_of(request.run_id)
-        if previous is not None:
-            self._close_lost(request.run_id, f"{WORKER_LOST}: {previous} stopped during the run")
-            return
-        self.store.set_executor(request.run_id, self.replica)
+            log.warning("job for unknown run %s dropped", run_id)
+            return None
+        current = request if run_id == request.run_id else request.model_copy(update={"run_id": run_id, "session_id": record.session_id})
+        if record.status is None and self.store.claim_executor(run_id, self.replica):
+            return self._run_job(current)
+        if record.status is None:
+            previous = self.store.executor_of(run_id)
+            record = self._close_lost(run_id, f"{WORKER_LOST}: {previous} stopped during the run") or self.store.get_run(run_id)
+            if record is None or record.status is None:
+                return None
+        if not (record.error or "").startswith(WORKER_LOST):
+            return record.status  # it ended (here or elsewhere): nothing more to do
+        if self.store.attempts_of(run_id) >= self.settings.webhook_max_attempts:
+            self.notify_end(run_id)  # the alert's final run
+            return record.status
+        successor = self.store.create_successor(record, str(uuid.uuid4()))
+        self.store.repoint_alert_group(run_id, successor)
+        self.metrics.job_retries.inc()
+        log.warning("alert run %s was lost; its successor %s runs here", run_id, successor)
+        if not self.store.claim_executor(successor, self.replica):
+            return None  # another replica runs it
+        return self._run_job(current.model_copy(update={"run_id": successor}))
+
+    def _run_job(self, request: RunRequest) -> str | None:
+        """Run a taken webhook run here; notify when it ends."""
+        if request.queued_at is not None:
+            self.metrics.job_wait_seconds.observe(max(0.0, time.time() - request.queued_at))
         local = self.hub.add(LocalRun(run_id=request.run_id))
+        status: str | None = None
         try:
-            self._diagnose(request, local)
+            status = self._diagnose(request, local).status
         except Exception:  # noqa: BLE001 - as for chat runs: the run must still end terminal
             log.exception("job run %s failed outside the harness", request.run_id)
             self._close_failed(request)
+            status = "FAILED"
         finally:
             local.finish()
             self.hub.remove(request.run_id)
+        self.notify_end(request.run_id)
+        return status
+
+    # -- notifications ----------------------------------------------------------------------
+    def notify_end(self, run_id: str) -> None:
+        """An alert's final run ended: queue one notification per receiver (or, with none
+        configured, count the alert's time to its `done`)."""
+        try:
+            record = self.store.get_run(run_id)
+            meta = self.store.run_meta(run_id) or {}
+        except StoreError:
+            log.warning("could not read run %s to notify", run_id)
+            return
+        if record is None or record.status is None:
+            return
+        if not self.receivers:
+            received = meta.get("received_at")
+            if received is not None and record.ended_at is not None:
+                self.metrics.alert_to_delivery.observe(max(0.0, (record.ended_at - received).total_seconds()))
+            return
+        for receiver in self.receivers:
+            try:
+                self.jobs.defer_notification_sync(run_id, receiver.name)
+            except Exception as exc:  # noqa: BLE001 - the run stays readable; the dead letter says why
+                self.store.add_dead_letter(run_id, receiver.name, attempts=0, last_status=None, detail=f"could not queue the notification: {type(exc).__name__}")
+
+    def _deliver_attempt(self, run_id: str, receiver_name: str, attempt: int, last: bool) -> bool:
+        """One delivery attempt of a run's notification to one receiver; True when done (sent,
+        or given up: a dead letter recorded); False to try again later."""
+        receiver = next((r for r in self.receivers if r.name == receiver_name), None)
+        record = self.store.get_run(run_id)
+        if receiver is None or record is None:
+            log.warning("notification of run %s to %s dropped: %s", run_id, receiver_name, "unknown receiver" if receiver is None else "unknown run")
+            return True
+        note = build_notification(record, receiver=receiver, public_url=self.settings.public_url)
+        result = deliver(receiver, note)
+        if result.ok:
+            self.metrics.notifications.labels(receiver.name, "delivered").inc()
+            if self.store.mark_delivered(run_id):
+                received = (self.store.run_meta(run_id) or {}).get("received_at")
+                if received is not None:
+                    self.metrics.alert_to_delivery.observe(max(0.0, (utcnow() - received).total_seconds()))
+            return True
+        if result.retryable and not last:
+            self.metrics.notifications.labels(receiver.name, "retried").inc()
+            return False
+        self.metrics.notifications.labels(receiver.name, "dead_letter").inc()
+        self.store.add_dead_letter(run_id, receiver.name, attempts=attempt, last_status=result.status, detail=result.detail)
+        log.warning("notification of run %s to %s not delivered after %d attempts (%s)", run_id, receiver.name, attempt, result.detail)
+        return True
 
     def _close_failed(self, request: RunRequest) -> None:
         """Close a run that failed outside the harness (e.g. the store refused its first write),
@@ -296,52 +476,31 @@ class Service:
         except Exception:  # noqa: BLE001 - the store may still be failing
             log.exception("could not close run %s", request.run_id)
 
-    def _close_lost(self, run_id: str, reason: str, *, request: RunRequest | None = None) -> None:
+    def _close_lost(self, run_id: str, reason: str, *, request: RunRequest | None = None) -> RunRecord | None:
         """Close a run its executor abandoned: FAILED with the INTERNAL_ERROR fallback, and the
-        `content` and `done` events its stream still lacks. A run whose record was never saved
-        (it failed before its first write) gets one from `request`: else it could not be read,
-        and its stream would end with no event at all."""
-        record = self.store.get_run(run_id)
-        if record is None and request is not None:
-            from rootproof.harness import _language_of
-            from rootproof.limits import clip_text
-
-            question = clip_text(redact(request.question), self.settings.input_limits().question_chars)
-            record = RunRecord(
-                run_id=run_id,
-                session_id=request.session_id,
-                question=question,
-                language=_language_of(question),
-                scenario_id=request.scenario,
-                principal=request.principal,
-            )
-        if record is None or record.status is not None:
-            return
-        content = SafeFallbackFactory.build(FallbackType.INTERNAL_ERROR, record.language)
-        now = utcnow()
-        record.lifecycle_state = "FAILED"
-        record.status = "FAILED"
-        record.release_outcome = "FALLBACK"
-        record.fallback_type = str(FallbackType.INTERNAL_ERROR)
-        record.content = content
-        record.error = reason
-        record.ended_at = now
-        record.duration_ms = int((now - record.started_at).total_seconds() * 1000)
-        self.store.save_run(record)
-        events = self.store.events(run_id)
-        seq = events[-1].seq if events else 0
-        if not any(e.type == "done" for e in events):
-            if not any(e.type in ("content", "error") for e in events):
-                seq += 1
-                self.store.add_event(EventRecord(run_id=run_id, seq=seq, type="content", data=content))
-            self.store.add_event(
-                EventRecord(
-                    run_id=run_id,
-                    seq=seq + 1,
-                    type="done",
-                    data={"release_outcome": "FALLBACK", "status": "FAILED", "duration_ms": record.duration_ms, "tokens": record.tokens},
-                )
-            )
+        `content` and `done` events its stream still lacks (one transaction, only if the run is
+        not terminal yet). A run whose record was never saved (it failed before its first write)
+        gets one from `request`: else it could not be read, and its stream would end with no
+        event at all. Returns the closed record, None when it was already terminal."""
+        language = "en"
+        missing = self._waiting_record(request) if request is not None else None
+        existing = self.store.get_run(run_id)
+        if existing is not None:
+            language = existing.language
+        elif missing is not None:
+            language = missing.language
+        closed = self.store.close_run(
+            run_id,
+            status="FAILED",
+            release_outcome="FALLBACK",
+            fallback_type=str(FallbackType.INTERNAL_ERROR),
+            content=SafeFallbackFactory.build(FallbackType.INTERNAL_ERROR, language),
+            error=reason,
+            missing=missing,
+        )
+        if closed is not None:
+            self.metrics.count_closed(self._kind_of(run_id, request), closed)
+        return closed
 
     def new_chat(self, *, message: str, session_id: str | None, principal: str, evidence: Evidence, alert: dict[str, Any] | None) -> RunRequest:
         """The request of a chat run (its run id given out in the stream's first event)."""

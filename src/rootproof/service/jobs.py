@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
@@ -49,9 +50,28 @@ class RunRequest(BaseModel):
     alert: dict[str, Any] | None = None
     """The alert payload, redacted (secrets never reach the queue)."""
     kind: str = "webhook"
+    source: str | None = None
+    """alertmanager | grafana for a webhook run."""
+    queued_at: float | None = None
+    """When the job was queued (epoch seconds): the job's wait is measured from it."""
 
 
-Executor = Callable[[RunRequest], None]
+Executor = Callable[[RunRequest], "str | None"]
+"""Runs a job; returns the final run's status (FAILED makes the job itself fail)."""
+Deliverer = Callable[[str, str, int, bool], bool]
+"""`(run_id, receiver, attempt, last)`: one notification attempt; False to try again later."""
+
+NOTIFY_TASK = "rootproof.notify"
+NOTIFY_ATTEMPTS = 5
+"""Attempts of one notification (the first and four retries, 1, 3, 5 and 7 s apart)."""
+
+
+class RunFailed(Exception):
+    """A job whose run ended FAILED: the job is marked failed (never retried for it)."""
+
+
+class NotDelivered(Exception):
+    """A notification attempt that should be tried again."""
 
 
 class JobQueue(Protocol):
@@ -64,6 +84,12 @@ class JobQueue(Protocol):
 
     async def defer(self, request: RunRequest) -> None:
         """Queue one run."""
+
+    def defer_notification_sync(self, run_id: str, receiver: str) -> None:
+        """Queue the notification of a run to one receiver (from a worker thread)."""
+
+    async def counts(self) -> dict[str, int]:
+        """Jobs by status (`todo`, `doing`, ...), for the `rootproof_jobs` gauge."""
 
     async def stop_fetching(self) -> None:
         """Take no new job (shutdown, first step)."""
@@ -79,9 +105,12 @@ class InProcessJobs:
 
     name = "in-process"
 
-    def __init__(self, execute: Executor, concurrency: int) -> None:
+    def __init__(self, execute: Executor, concurrency: int, *, deliver: Deliverer | None = None) -> None:
         self._execute = execute
+        self._deliver = deliver
         self._pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="job")
+        self._notify_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="notify")
+        self._running = 0
         self._pending: set[asyncio.Future[None]] = set()
         self._waiting: dict[str, RunRequest] = {}
         self._lock = threading.Lock()
@@ -103,10 +132,35 @@ class InProcessJobs:
         with self._lock:
             if self._closing or self._waiting.pop(request.run_id, None) is None:
                 return  # handed back by stop()
+            self._running += 1
         try:
             self._execute(request)
         except Exception:  # noqa: BLE001 - a job's failure is recorded on its run
             log.exception("job for run %s failed", request.run_id)
+        finally:
+            with self._lock:
+                self._running -= 1
+
+    def defer_notification_sync(self, run_id: str, receiver: str) -> None:
+        if self._deliver is None or self._closing:
+            raise RuntimeError("no notification queue")
+        self._notify_pool.submit(self._notify, run_id, receiver)
+
+    def _notify(self, run_id: str, receiver: str) -> None:
+        assert self._deliver is not None
+        for attempt in range(1, NOTIFY_ATTEMPTS + 1):
+            try:
+                if self._deliver(run_id, receiver, attempt, attempt == NOTIFY_ATTEMPTS):
+                    return
+            except Exception:  # noqa: BLE001 - logged; the next attempt tries again
+                log.exception("notification of run %s to %s failed", run_id, receiver)
+            if self._closing:
+                return
+            time.sleep(1 + 2 * (attempt - 1))
+
+    async def counts(self) -> dict[str, int]:
+        with self._lock:
+            return {"todo": len(self._waiting), "doing": self._running}
 
     async def stop_fetching(self) -> None:
         with self._lock:
@@ -119,6 +173,7 @@ class InProcessJobs:
         if self._pending:
             await asyncio.wait(list(self._pending), timeout=15)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._notify_pool.shutdown(wait=False, cancel_futures=True)
         return unstarted
 
 
@@ -135,11 +190,24 @@ class ProcrastinateJobs:
 
     name = "procrastinate"
 
-    def __init__(self, execute: Executor, *, dsn: str, concurrency: int, stalled_after_s: float, worker_name: str) -> None:
+    def __init__(
+        self,
+        execute: Executor,
+        *,
+        dsn: str,
+        concurrency: int,
+        stalled_after_s: float,
+        worker_name: str,
+        deliver: Deliverer | None = None,
+        on_retry: Callable[[], None] | None = None,
+    ) -> None:
         import procrastinate
 
         self._procrastinate = procrastinate
         self._execute = execute
+        self._deliver = deliver
+        self._on_retry = on_retry
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._concurrency = concurrency
         self._stalled_after_s = stalled_after_s
         self._worker_name = worker_name
@@ -151,12 +219,27 @@ class ProcrastinateJobs:
         self._pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="job")
 
         async def diagnose(request: dict[str, Any]) -> None:
-            await asyncio.get_running_loop().run_in_executor(self._pool, self._execute, RunRequest.model_validate(request))
+            run = RunRequest.model_validate(request)
+            status = await asyncio.get_running_loop().run_in_executor(self._pool, self._execute, run)
+            if status == "FAILED":  # the job's status says what became of its run
+                raise RunFailed(f"run {run.run_id} ended FAILED")
 
         self._task = self.app.task(name=TASK_NAME, queue=QUEUE)(diagnose)
+
+        async def notify(context: Any, run_id: str, receiver: str) -> None:
+            if self._deliver is None:
+                return
+            attempt = int(context.job.attempts) + 1
+            done = await asyncio.get_running_loop().run_in_executor(self._pool, self._deliver, run_id, receiver, attempt, attempt >= NOTIFY_ATTEMPTS)
+            if not done:
+                raise NotDelivered(f"notification of run {run_id} to {receiver}: attempt {attempt} failed")
+
+        retry = procrastinate.RetryStrategy(max_attempts=NOTIFY_ATTEMPTS - 1, wait=1, linear_wait=2, retry_exceptions={NotDelivered})
+        self._notify_task = self.app.task(name=NOTIFY_TASK, queue=QUEUE, pass_context=True, retry=retry)(notify)
         self._tasks: list[asyncio.Task[Any]] = []
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         await self.app.open_async()
         await self._ensure_schema()
         if self._concurrency > 0:
@@ -202,6 +285,8 @@ class ProcrastinateJobs:
                     with contextlib.suppress(Exception):  # another replica may have retried it first
                         await manager.retry_job(job)
                         log.warning("retried job %s of a stalled worker", job.id)
+                        if self._on_retry is not None:
+                            self._on_retry()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the next round tries again
@@ -209,6 +294,20 @@ class ProcrastinateJobs:
 
     async def defer(self, request: RunRequest) -> None:
         await self._task.defer_async(request=request.model_dump(mode="json"))
+
+    def defer_notification_sync(self, run_id: str, receiver: str) -> None:
+        """Queued on the event loop that opened the queue (its connection pool lives there)."""
+        if self._loop is None:
+            raise RuntimeError("the job queue is not open")
+        coro = self._notify_task.defer_async(run_id=run_id, receiver=receiver)
+        asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=30)
+
+    async def counts(self) -> dict[str, int]:
+        rows = await self.app.connector.execute_query_all_async(
+            "SELECT status::text AS status, count(*) AS n FROM procrastinate_jobs WHERE queue_name = %(queue)s GROUP BY status", queue=QUEUE
+        )
+        found = {str(r["status"]): int(r["n"]) for r in rows}
+        return {status: found.get(status, 0) for status in ("todo", "doing", "succeeded", "failed", "cancelled", "aborted")} | found
 
     async def stop_fetching(self) -> None:
         """Ask the worker to stop (it takes no new job and waits for the running ones)."""

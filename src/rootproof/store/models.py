@@ -38,8 +38,11 @@ __all__ = [
     "EvalRun",
     "JSONDoc",
     "LongText",
+    "NotificationDeadLetter",
+    "RunAlertFingerprint",
     "RunEvent",
     "TABLE_OPTIONS",
+    "ServiceReplica",
     "ToolInvocation",
     "UTCDateTime",
     "VERSION_TABLE",
@@ -126,6 +129,10 @@ class DiagnosisRun(Base):
         sa.Index("idx_run_session", "session_id"),
         sa.Index("idx_run_started", "started_at"),
         sa.Index("idx_run_status", "status"),
+        sa.Index("idx_run_kind_started", "kind", "started_at"),
+        sa.Index("idx_run_alert_source", "alert_source"),
+        sa.Index("idx_run_group_hash", "group_hash"),
+        sa.Index("uq_run_retry_of", "retry_of", unique=True),
         TABLE_OPTIONS,
     )
 
@@ -164,6 +171,19 @@ class DiagnosisRun(Base):
     cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     """When a cancellation was asked for (any replica); the persisted half of cross-replica
     cancellation (pub/sub delivers at most once)."""
+    # The service's own columns (set once by the service, never by saving a `RunRecord`):
+    kind: Mapped[str | None] = mapped_column(sa.String(16))
+    """chat | alertmanager | grafana for the service's runs; NULL for the command line's."""
+    alert_source: Mapped[str | None] = mapped_column(sa.String(128))
+    """A webhook's `receiver` (the sender's name for the route the alert took)."""
+    group_hash: Mapped[str | None] = mapped_column(sa.String(64))
+    """sha256 (hex) of the webhook's `groupKey` alone (`GET /api/runs?group_key=`)."""
+    retry_of: Mapped[str | None] = mapped_column(sa.String(64))
+    """The run this one replaces (its worker was lost); unique: a run has at most one successor."""
+    received_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    """When the alert reached the service (a retried alert keeps its first run's)."""
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    """When a receiver first answered 2xx to its notification."""
 
 
 class AlertGroup(Base):
@@ -176,6 +196,45 @@ class AlertGroup(Base):
     """sha256 of the source and the payload's `groupKey` (never the raw key: it holds labels)."""
     run_id: Mapped[str] = mapped_column(sa.String(64), nullable=False)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+
+
+class RunAlertFingerprint(Base):
+    """The fingerprints of a webhook run's alerts (`GET /api/runs?fingerprint=`)."""
+
+    __tablename__ = "run_alert_fingerprint"
+    __table_args__ = (sa.Index("idx_run_alert_fingerprint", "fingerprint"), TABLE_OPTIONS)
+
+    run_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+
+
+class ServiceReplica(Base):
+    """A `rootproof serve` process's heartbeat: runs whose executor's heartbeat is too old are
+    closed by the other replicas' sweep."""
+
+    __tablename__ = "service_replica"
+    __table_args__ = (sa.Index("idx_service_replica_heartbeat", "heartbeat_at"), TABLE_OPTIONS)
+
+    instance_id: Mapped[str] = mapped_column(sa.String(160), primary_key=True)
+    """`host:pid:random`, the `executor` of the runs it takes."""
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+
+
+class NotificationDeadLetter(Base):
+    """A notification of an alert run that was not delivered after its last attempt (never the
+    receiver's URL: only its configured name)."""
+
+    __tablename__ = "notification_dead_letter"
+    __table_args__ = (sa.Index("idx_dead_letter_run", "run_id"), TABLE_OPTIONS)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(sa.String(64), nullable=False)
+    receiver: Mapped[str] = mapped_column(sa.String(64), nullable=False)
+    attempts: Mapped[int] = mapped_column(sa.Integer, nullable=False)
+    last_status: Mapped[int | None] = mapped_column(sa.Integer)
+    detail: Mapped[str] = mapped_column(LongText, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
 
 
 class WebSession(Base):

@@ -23,7 +23,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -62,12 +62,15 @@ from rootproof.store.models import (
     DiagnosisRun,
     EvalCaseResult,
     EvalRun,
+    NotificationDeadLetter,
+    RunAlertFingerprint,
     RunEvent,
+    ServiceReplica,
     ToolInvocation,
     WebSession,
 )
 
-__all__ = ["SqlTraceStore", "needs_read_only", "upgrade"]
+__all__ = ["RunFilter", "SqlTraceStore", "needs_read_only", "upgrade"]
 
 log = logging.getLogger(__name__)
 
@@ -334,6 +337,23 @@ def _row_dict(cls: type[Any], row: Any) -> dict[str, Any]:
     return {f.name: _jsonable(getattr(row, f.name)) for f in fields(cls)}
 
 
+@dataclass(frozen=True)
+class RunFilter:
+    """What `list_service_runs` selects (None: any)."""
+
+    kinds: tuple[str, ...] | None = None
+    owner: str | None = None
+    """Only this principal's chat sessions and the alert runs (an operator's view)."""
+    alert_source: str | None = None
+    group_hash: str | None = None
+    fingerprint: str | None = None
+    status: str | None = None
+    release_outcome: str | None = None
+    fallback_type: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
 class SqlTraceStore:
     """The trace store on SQLite, PostgreSQL or MariaDB; implements `TraceSink`.
 
@@ -447,16 +467,25 @@ class SqlTraceStore:
     # -- TraceSink ---------------------------------------------------------------------------
 
     def save_run(self, record: RunRecord) -> None:
-        """Insert or update the run row (by `run_id`); create its `chat_session` row if missing."""
+        """Insert the run row, or update it while it is not terminal (by `run_id`); create its
+        `chat_session` row if missing. A terminal run is final: a later save of it (a replica
+        that resumes after its run was closed for it) changes nothing."""
         values = _values(record)
         session_row = {
             "session_id": record.session_id,
             "owner": record.principal,
             "created_at": record.started_at,
         }
+        others = {k: v for k, v in values.items() if k != "run_id"}
         with self._session(f"save run {record.run_id}") as s:
             s.execute(self._upsert(ChatSession, session_row, "session_id", update=False))
-            s.execute(self._upsert(DiagnosisRun, values, "run_id"))
+            s.execute(self._upsert(DiagnosisRun, values, "run_id", update=False))
+            s.execute(
+                sa.update(DiagnosisRun)
+                .where(DiagnosisRun.run_id == record.run_id, DiagnosisRun.status.is_(None))
+                .values(others)
+                .execution_options(synchronize_session=False)
+            )
 
     def add_step(self, record: StepRecord) -> None:
         """Append an agent step."""
@@ -477,9 +506,17 @@ class SqlTraceStore:
             s.execute(sa.insert(AgentReasoningAudit).values(values))
 
     def add_event(self, record: EventRecord) -> None:
-        """Append a public event; `(run_id, seq)` must be new."""
+        """Append a public event; `(run_id, seq)` must be new. Once a run has its `done` event
+        nothing is appended after it (a replica that resumes after its run was closed for it
+        writes nothing more): such an event is dropped, with a log line. The run's row is
+        locked first, as `close_run` does, so the two never interleave."""
         values = _values(record)
         with self._session(f"add event {record.seq} of run {record.run_id}") as s:
+            s.execute(sa.select(DiagnosisRun.run_id).where(DiagnosisRun.run_id == record.run_id).with_for_update())
+            done = s.scalar(sa.select(RunEvent.seq).where(RunEvent.run_id == record.run_id, RunEvent.type == "done").limit(1))
+            if done is not None:
+                log.warning("event %s of run %s dropped: the run already ended (done is event %s)", record.seq, record.run_id, done)
+                return
             s.execute(sa.insert(RunEvent).values(values))
 
     # -- reading -----------------------------------------------------------------------------
@@ -657,6 +694,268 @@ class SqlTraceStore:
         stmt = sa.delete(WebSession).where(WebSession.token_hash == token_hash).execution_options(synchronize_session=False)
         with self._session("delete a browser sign-in") as s:
             return bool(getattr(s.execute(stmt), "rowcount", 0))
+
+    # -- the service in operation ------------------------------------------------------------
+
+    def close_run(
+        self,
+        run_id: str,
+        *,
+        status: str,
+        release_outcome: str,
+        fallback_type: str | None,
+        content: dict[str, Any] | None,
+        error: str,
+        now: datetime | None = None,
+        missing: RunRecord | None = None,
+    ) -> RunRecord | None:
+        """Close a run its executor will not finish, in one transaction: the terminal record
+        (only if the run is not terminal yet: every terminal write is conditional) and the
+        `content` (when given and the stream has none) and `done` events its stream lacks, with
+        contiguous ids. `missing` is saved first when the run has no row. Returns the closed
+        record, or None when the run was already terminal (or unknown)."""
+        now = now or utcnow()
+        with self._session(f"close run {run_id}") as s:
+            row = s.execute(sa.select(DiagnosisRun).where(DiagnosisRun.run_id == run_id).with_for_update()).scalar_one_or_none()
+            if row is None and missing is not None:
+                s.execute(
+                    self._upsert(
+                        ChatSession,
+                        {"session_id": missing.session_id, "owner": missing.principal, "created_at": missing.started_at},
+                        "session_id",
+                        update=False,
+                    )
+                )
+                s.execute(self._upsert(DiagnosisRun, _values(missing), "run_id", update=False))
+                row = s.execute(sa.select(DiagnosisRun).where(DiagnosisRun.run_id == run_id).with_for_update()).scalar_one_or_none()
+            if row is None or row.status is not None:
+                return None
+            row.status = status
+            row.lifecycle_state = status
+            row.release_outcome = release_outcome
+            row.fallback_type = fallback_type
+            row.content = content
+            row.error = error
+            row.ended_at = now
+            row.duration_ms = max(0, int((now - row.started_at).total_seconds() * 1000))
+            events = s.execute(sa.select(RunEvent.seq, RunEvent.type).where(RunEvent.run_id == run_id).order_by(RunEvent.seq)).all()
+            if not any(t == "done" for _, t in events):
+                seq = events[-1][0] if events else 0
+                if content is not None and not any(t in ("content", "error") for _, t in events):
+                    seq += 1
+                    s.add(RunEvent(run_id=run_id, seq=seq, type="content", data=content, created_at=now))
+                done = {"release_outcome": release_outcome, "status": status, "duration_ms": row.duration_ms, "tokens": row.tokens}
+                s.add(RunEvent(run_id=run_id, seq=seq + 1, type="done", data=done, created_at=now))
+            s.flush()
+            return _record(RunRecord, row)
+
+    def claim_executor(self, run_id: str, executor: str) -> bool:
+        """Take a run that no executor took yet and that is not terminal; True when taken."""
+        stmt = (
+            sa.update(DiagnosisRun)
+            .where(DiagnosisRun.run_id == run_id, DiagnosisRun.executor.is_(None), DiagnosisRun.status.is_(None))
+            .values(executor=executor)
+            .execution_options(synchronize_session=False)
+        )
+        with self._session(f"claim run {run_id}") as s:
+            return bool(getattr(s.execute(stmt), "rowcount", 0))
+
+    def tag_run(
+        self,
+        run_id: str,
+        *,
+        kind: str,
+        alert_source: str | None = None,
+        group_hash: str | None = None,
+        received_at: datetime | None = None,
+        fingerprints: list[str] | None = None,
+        retry_of: str | None = None,
+    ) -> None:
+        """Record the service's columns of a run (what `GET /api/runs` filters on)."""
+        values: dict[str, Any] = {"kind": kind, "alert_source": alert_source, "group_hash": group_hash, "received_at": received_at}
+        if retry_of is not None:
+            values["retry_of"] = retry_of
+        with self._session(f"tag run {run_id}") as s:
+            s.execute(sa.update(DiagnosisRun).where(DiagnosisRun.run_id == run_id).values(values).execution_options(synchronize_session=False))
+            for fingerprint in sorted({f[:128] for f in fingerprints or []})[:1000]:
+                s.execute(sa.insert(RunAlertFingerprint).values(run_id=run_id, fingerprint=fingerprint))
+
+    def run_meta(self, run_id: str) -> dict[str, Any] | None:
+        """The service's columns of a run: kind, alert_source, group_hash, executor, retry_of,
+        received_at, delivered_at (None when the run is unknown)."""
+        cols = (DiagnosisRun.kind, DiagnosisRun.alert_source, DiagnosisRun.group_hash, DiagnosisRun.executor, DiagnosisRun.retry_of, DiagnosisRun.received_at, DiagnosisRun.delivered_at)
+        with self._session(f"read the service columns of run {run_id}") as s:
+            row = s.execute(sa.select(*cols).where(DiagnosisRun.run_id == run_id)).first()
+            return None if row is None else dict(row._mapping)
+
+    def successor_of(self, run_id: str) -> str | None:
+        """The run that replaced `run_id` (a retried alert), or None."""
+        with self._session(f"read the successor of run {run_id}") as s:
+            return s.scalar(sa.select(DiagnosisRun.run_id).where(DiagnosisRun.retry_of == run_id))
+
+    def attempts_of(self, run_id: str) -> int:
+        """How many runs its alert has had up to `run_id` (1 + the runs it replaces)."""
+        count, current = 0, run_id
+        with self._session(f"count the attempts of run {run_id}") as s:
+            while current is not None and count < 1000:
+                count += 1
+                current = s.scalar(sa.select(DiagnosisRun.retry_of).where(DiagnosisRun.run_id == current))
+        return count
+
+    def create_successor(self, lost: RunRecord, run_id: str) -> str:
+        """A new run for the alert of `lost` (same session, question and alert; `retry_of` the
+        lost run, the service's columns copied). One successor per run: when another replica
+        created it first, that one's id is returned."""
+        meta = self.run_meta(lost.run_id) or {}
+        record = RunRecord(
+            run_id=run_id,
+            session_id=lost.session_id,
+            question=lost.question,
+            language=lost.language,
+            scenario_id=lost.scenario_id,
+            principal=lost.principal,
+            alert=lost.alert,
+            targets_checksum=lost.targets_checksum,
+        )
+        values = {
+            **_values(record),
+            "kind": meta.get("kind"),
+            "alert_source": meta.get("alert_source"),
+            "group_hash": meta.get("group_hash"),
+            "received_at": meta.get("received_at") or lost.started_at,
+            "retry_of": lost.run_id,
+        }
+        try:
+            with self._session(f"record the successor of run {lost.run_id}") as s:
+                s.execute(sa.insert(DiagnosisRun).values(values))
+                prints = s.scalars(sa.select(RunAlertFingerprint.fingerprint).where(RunAlertFingerprint.run_id == lost.run_id)).all()
+                for fingerprint in prints:
+                    s.execute(sa.insert(RunAlertFingerprint).values(run_id=run_id, fingerprint=fingerprint))
+            return run_id
+        except StoreError:
+            found = self.successor_of(lost.run_id)
+            if found is None:
+                raise
+            return found
+
+    def repoint_alert_group(self, old_run_id: str, new_run_id: str) -> bool:
+        """Point the alert group held by `old_run_id` at `new_run_id` (only if it still points
+        at the old one); True when it did."""
+        stmt = (
+            sa.update(AlertGroup)
+            .where(AlertGroup.run_id == old_run_id)
+            .values(run_id=new_run_id)
+            .execution_options(synchronize_session=False)
+        )
+        with self._session(f"repoint the alert group of run {old_run_id}") as s:
+            return bool(getattr(s.execute(stmt), "rowcount", 0))
+
+    def mark_delivered(self, run_id: str, *, now: datetime | None = None) -> bool:
+        """Record the first delivery of a run's notification; True for the first one only."""
+        stmt = (
+            sa.update(DiagnosisRun)
+            .where(DiagnosisRun.run_id == run_id, DiagnosisRun.delivered_at.is_(None))
+            .values(delivered_at=now or utcnow())
+            .execution_options(synchronize_session=False)
+        )
+        with self._session(f"record the delivery of run {run_id}") as s:
+            return bool(getattr(s.execute(stmt), "rowcount", 0))
+
+    def add_dead_letter(self, run_id: str, receiver: str, *, attempts: int, last_status: int | None, detail: str) -> None:
+        """Record a notification that was not delivered after its last attempt."""
+        with self._session(f"record an undelivered notification of run {run_id}") as s:
+            s.add(NotificationDeadLetter(run_id=run_id, receiver=receiver[:64], attempts=attempts, last_status=last_status, detail=detail[:2000], created_at=utcnow()))
+
+    def dead_letters(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Undelivered notifications (of one run, or all), oldest first."""
+        stmt = sa.select(NotificationDeadLetter).order_by(NotificationDeadLetter.id)
+        if run_id is not None:
+            stmt = stmt.where(NotificationDeadLetter.run_id == run_id)
+        cols = ("run_id", "receiver", "attempts", "last_status", "detail", "created_at")
+        with self._session("read undelivered notifications") as s:
+            return [{c: _jsonable(getattr(r, c)) for c in cols} for r in s.scalars(stmt)]
+
+    def heartbeat(self, instance_id: str, *, now: datetime | None = None) -> None:
+        """Record that a service replica is alive."""
+        now = now or utcnow()
+        with self._session("record a replica heartbeat") as s:
+            updated = s.execute(
+                sa.update(ServiceReplica).where(ServiceReplica.instance_id == instance_id).values(heartbeat_at=now).execution_options(synchronize_session=False)
+            )
+            if not getattr(updated, "rowcount", 0):
+                s.execute(self._upsert(ServiceReplica, {"instance_id": instance_id, "started_at": now, "heartbeat_at": now}, "instance_id"))
+
+    def forget_replica(self, instance_id: str) -> None:
+        """A replica that stopped cleanly (its runs are closed) leaves the heartbeat table."""
+        with self._session("remove a replica heartbeat") as s:
+            s.execute(sa.delete(ServiceReplica).where(ServiceReplica.instance_id == instance_id))
+
+    def stalled_replicas(self, timeout_s: float, *, now: datetime | None = None) -> int:
+        """How many replicas stopped sending heartbeats more than `timeout_s` ago (rows of
+        replicas silent for over a day are deleted on the way)."""
+        now = now or utcnow()
+        with self._session("count stalled replicas") as s:
+            s.execute(sa.delete(ServiceReplica).where(ServiceReplica.heartbeat_at < now - timedelta(days=1)).execution_options(synchronize_session=False))
+            return int(s.scalar(sa.select(sa.func.count()).select_from(ServiceReplica).where(ServiceReplica.heartbeat_at < now - timedelta(seconds=timeout_s))) or 0)
+
+    def lost_runs(self, timeout_s: float, *, now: datetime | None = None) -> list[tuple[str, str]]:
+        """`(run_id, executor)` of the runs that are not terminal and whose executor has sent
+        no heartbeat for `timeout_s` seconds (or none at all)."""
+        now = now or utcnow()
+        alive = sa.select(ServiceReplica.instance_id).where(ServiceReplica.heartbeat_at >= now - timedelta(seconds=timeout_s))
+        stmt = sa.select(DiagnosisRun.run_id, DiagnosisRun.executor).where(
+            DiagnosisRun.status.is_(None), DiagnosisRun.executor.is_not(None), DiagnosisRun.executor.not_in(alive)
+        )
+        with self._session("find runs of lost replicas") as s:
+            return [(r[0], str(r[1])) for r in s.execute(stmt.limit(500))]
+
+    def list_service_runs(self, where: RunFilter, *, limit: int, after: tuple[datetime, str] | None = None) -> list[dict[str, Any]]:
+        """Runs newest first (by start, then id) that match `where`, after the cursor `after`."""
+        cols = (
+            DiagnosisRun.run_id,
+            DiagnosisRun.session_id,
+            DiagnosisRun.kind,
+            DiagnosisRun.alert_source,
+            DiagnosisRun.lifecycle_state,
+            DiagnosisRun.status,
+            DiagnosisRun.release_outcome,
+            DiagnosisRun.fallback_type,
+            DiagnosisRun.language,
+            DiagnosisRun.scenario_id,
+            DiagnosisRun.executor,
+            DiagnosisRun.retry_of,
+            DiagnosisRun.started_at,
+            DiagnosisRun.ended_at,
+            DiagnosisRun.received_at,
+            DiagnosisRun.delivered_at,
+        )
+        stmt = sa.select(*cols).where(DiagnosisRun.kind.is_not(None))
+        if where.kinds is not None:
+            stmt = stmt.where(DiagnosisRun.kind.in_(where.kinds))
+        if where.owner is not None:  # an operator: its own sessions, and every alert run
+            own = sa.select(ChatSession.session_id).where(ChatSession.owner == where.owner)
+            stmt = stmt.where(sa.or_(DiagnosisRun.kind.in_(("alertmanager", "grafana")), DiagnosisRun.session_id.in_(own)))
+        for column, value in (
+            (DiagnosisRun.alert_source, where.alert_source),
+            (DiagnosisRun.group_hash, where.group_hash),
+            (DiagnosisRun.status, where.status),
+            (DiagnosisRun.release_outcome, where.release_outcome),
+            (DiagnosisRun.fallback_type, where.fallback_type),
+        ):
+            if value is not None:
+                stmt = stmt.where(column == value)
+        if where.fingerprint is not None:
+            stmt = stmt.where(DiagnosisRun.run_id.in_(sa.select(RunAlertFingerprint.run_id).where(RunAlertFingerprint.fingerprint == where.fingerprint)))
+        if where.since is not None:
+            stmt = stmt.where(DiagnosisRun.started_at >= where.since)
+        if where.until is not None:
+            stmt = stmt.where(DiagnosisRun.started_at < where.until)
+        if after is not None:
+            at, run_id = after
+            stmt = stmt.where(sa.or_(DiagnosisRun.started_at < at, sa.and_(DiagnosisRun.started_at == at, DiagnosisRun.run_id < run_id)))
+        stmt = stmt.order_by(DiagnosisRun.started_at.desc(), DiagnosisRun.run_id.desc()).limit(limit)
+        with self._session("list runs") as s:
+            return [dict(r._mapping) for r in s.execute(stmt)]
 
     def readiness(self) -> dict[str, Any]:
         """`{database: bool, migrations: bool, revision, head}` for readiness probes; never raises."""
