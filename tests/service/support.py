@@ -137,16 +137,31 @@ def redis_or_skip(url: str = "redis://127.0.0.1:6379/0") -> str:
     return url
 
 
+_COMPLETION = {
+    "id": "chatcmpl-held",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "slow",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "I cannot tell yet."}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+}
+
+
 class SlowModelServer:
     """An OpenAI-compatible endpoint on loopback that holds every completion request for
     `hold_s` seconds and then answers 503: a run against it stays in flight long enough to be
-    cancelled, disconnected or killed (real HTTP; the client under test is the real one)."""
+    cancelled, disconnected or killed (real HTTP; the client under test is the real one).
 
-    def __init__(self, hold_s: float = 30.0) -> None:
+    With `answer=True` a held request is answered `200` with a plain completion (the run ends
+    SUCCESS, its fallback saying the model gave no draft) once the gate opens (`release()`) or
+    `hold_s` passes; `hold()` closes the gate again."""
+
+    def __init__(self, hold_s: float = 30.0, *, answer: bool = False) -> None:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         hold = hold_s
         self.requests = 0
+        self.gate = threading.Event()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -165,10 +180,14 @@ class SlowModelServer:
                 outer.requests += 1
                 length = int(self.headers.get("content-length") or 0)
                 self.rfile.read(length)
-                time.sleep(hold)
-                body = b'{"error": {"message": "busy"}}'
+                if answer:
+                    outer.gate.wait(hold)
+                    status, body = 200, json.dumps(_COMPLETION).encode()
+                else:
+                    time.sleep(hold)
+                    status, body = 503, b'{"error": {"message": "busy"}}'
                 with contextlib.suppress(OSError):
-                    self.send_response(503)
+                    self.send_response(status)
                     self.send_header("content-type", "application/json")
                     self.send_header("content-length", str(len(body)))
                     self.end_headers()
@@ -178,6 +197,14 @@ class SlowModelServer:
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def release(self) -> None:
+        """Answer the held requests now, and the next ones at once."""
+        self.gate.set()
+
+    def hold(self) -> None:
+        """Hold the next requests again."""
+        self.gate.clear()
 
     def __enter__(self) -> SlowModelServer:
         self.thread.start()
