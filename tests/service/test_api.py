@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -87,6 +88,33 @@ def test_resume_with_last_event_id_gives_the_rest_once(client: httpx.Client) -> 
     rest = stream(client, "GET", f"/api/runs/{run_id}/events", headers={**auth(OPERATOR_KEY), "Last-Event-ID": "3"})
     assert [e.id for e in rest] == [e.id for e in events[3:]]
     assert [e.data for e in rest] == [e.data for e in events[3:]]
+
+
+def test_a_run_names_the_replica_that_executed_it(server: ThreadServer, client: httpx.Client) -> None:
+    from fastapi import FastAPI
+
+    app = server.server.config.app
+    assert isinstance(app, FastAPI)
+    replica = app.state.service.replica
+    events = stream(client, "POST", "/api/chat", json={"message": SEED_QUESTION, "scenario": "payment-timeout"}, headers=auth(OPERATOR_KEY))
+    run_id = events[0].data["data"]["run_id"]  # type: ignore[index]
+    run = client.get(f"/api/runs/{run_id}", headers=auth(OPERATOR_KEY)).json()
+    host, pid, instance = run["executor"].split(":")
+    assert run["executor"] == replica and pid == str(os.getpid()) and len(instance) == 8 and host
+    assert run["kind"] == "chat" and run["retry_of"] is None and run["fallback_type"] == "EVIDENCE_VALIDATION_FAILED"
+    listed = client.get("/api/runs", params={"kind": "chat", "limit": 200}, headers=auth(OPERATOR_KEY)).json()["runs"]
+    assert next(r for r in listed if r["run_id"] == run_id)["executor"] == replica
+
+
+def test_event_streams_are_no_store(client: httpx.Client) -> None:
+    """Both event streams carry exactly `Cache-Control: no-store` (the framework's `no-cache`
+    would let a cache keep a run's evidence)."""
+    with client.stream("POST", "/api/chat", json={"message": SEED_QUESTION, "scenario": "payment-timeout"}, headers=auth(OPERATOR_KEY)) as resp:
+        assert resp.headers.get_list("cache-control") == ["no-store"]
+        run_id = next(e for e in read_sse(resp.iter_lines()) if e.data is not None).data["data"]["run_id"]  # type: ignore[index]
+    with client.stream("GET", f"/api/runs/{run_id}/events", headers=auth(OPERATOR_KEY)) as resp:
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        assert resp.headers.get_list("cache-control") == ["no-store"]
 
 
 def test_reasoning_roles_and_sessions(client: httpx.Client) -> None:

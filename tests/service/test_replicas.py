@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -144,7 +143,8 @@ def replicas(tmp_path_factory: pytest.TempPathFactory, database: str, model: Slo
 def _run(client: httpx.Client, url: str, run_id: str, key: str = OPERATOR_KEY) -> dict[str, Any]:
     r = client.get(f"{url}/api/runs/{run_id}", headers=auth(key))
     assert r.status_code == 200, r.text
-    return r.json()
+    doc: dict[str, Any] = r.json()
+    return doc
 
 
 def _wait(predicate: Any, timeout: float, what: str) -> Any:

@@ -43,6 +43,19 @@ def test_serve_refuses_to_start_without_keys_or_off_loopback(tmp_path: Path) -> 
     assert p.returncode == 2 and f"{keys} line 1" in p.stderr
 
 
+def test_serve_checks_the_notifications_file_and_public_url_before_binding(tmp_path: Path) -> None:
+    secret = "https://hooks.slack.example/services/T000/B000/s3cr3tT0ken"
+    notify = tmp_path / "notify.yaml"
+    notify.write_text("receivers:\n  - {name: team, kind: pager, url_env: HOOK}\n")
+    p = _rp("serve", "--port", "1", home=tmp_path, ROOTPROOF_API_KEYS=API_KEYS, ROOTPROOF_NOTIFICATIONS=str(notify), HOOK=secret)
+    assert p.returncode == 2 and "ROOTPROOF_NOTIFICATIONS" in p.stderr and "receivers[0].kind" in p.stderr, p.stderr
+    notify.write_text("receivers:\n  - {name: team, kind: slack, url_env: HOOK}\n")
+    p = _rp("serve", "--port", "1", home=tmp_path, ROOTPROOF_API_KEYS=API_KEYS, ROOTPROOF_NOTIFICATIONS=str(notify), HOOK="ftp:" + secret[6:])
+    assert p.returncode == 2 and "receivers[0].url_env" in p.stderr and "s3cr3tT0ken" not in p.stderr + p.stdout, p.stderr
+    p = _rp("serve", "--port", "1", home=tmp_path, ROOTPROOF_API_KEYS=API_KEYS, ROOTPROOF_PUBLIC_URL="https://x.example/?a=1")
+    assert p.returncode == 2 and "ROOTPROOF_PUBLIC_URL" in p.stderr and "Traceback" not in p.stderr
+
+
 def test_hashed_keys_file_authenticates_in_constant_time_comparison(tmp_path: Path) -> None:
     p = _rp("hash-key", "auditor", home=tmp_path, stdin="a-long-auditor-key-123\n")
     assert p.returncode == 0, p.stderr
