@@ -254,8 +254,18 @@ class Service:
             )
         finally:
             self.metrics.running.labels(kind).dec()
-        self.metrics.observe_run(self._kind_of(request.run_id, request), outcome)
+        if not self._closed_elsewhere(request.run_id):
+            self.metrics.observe_run(self._kind_of(request.run_id, request), outcome)
         return outcome
+
+    def _closed_elsewhere(self, run_id: str) -> bool:
+        """Whether a sweep closed the run while this replica was paused (the sweeping replica
+        counted it; the harness's own terminal write changed nothing)."""
+        try:
+            stored = self.store.get_run(run_id)
+        except StoreError:
+            return False
+        return stored is not None and (stored.error or "").startswith(WORKER_LOST)
 
     def _kind_of(self, run_id: str, request: RunRequest | None = None) -> str:
         """A run's kind for metric labels: chat, alertmanager, grafana (else `other`)."""
