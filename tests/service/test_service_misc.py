@@ -3,9 +3,11 @@ setting), health, readiness, metrics, knowledge search and the Grafana webhook o
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,6 +56,54 @@ def test_serve_checks_the_notifications_file_and_public_url_before_binding(tmp_p
     assert p.returncode == 2 and "receivers[0].url_env" in p.stderr and "s3cr3tT0ken" not in p.stderr + p.stdout, p.stderr
     p = _rp("serve", "--port", "1", home=tmp_path, ROOTPROOF_API_KEYS=API_KEYS, ROOTPROOF_PUBLIC_URL="https://x.example/?a=1")
     assert p.returncode == 2 and "ROOTPROOF_PUBLIC_URL" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_an_undelivered_notification_becomes_a_dead_letter_without_its_url(tmp_path: Path) -> None:
+    """A receiver that refuses the message (404: not worth retrying) gets one attempt; the
+    dead-letter row and the metrics name the receiver, never its URL (a credential)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Refusing(BaseHTTPRequestHandler):
+        def log_message(self, *_args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self.send_response(404)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+    receiver = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    secret_url = f"http://127.0.0.1:{receiver.server_address[1]}/hooks/T0/B0/s3cr3tT0ken"
+    (tmp_path / "notify.yaml").write_text("receivers:\n  - {name: pager, kind: webhook, url_env: PAGER_URL}\n")
+    settings = load_settings(
+        data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 'rootproof.db'}", api_keys=API_KEYS, notifications=tmp_path / "notify.yaml"
+    )
+    alert = {
+        "version": "4",
+        "status": "firing",
+        "groupKey": "dead-letter",
+        "alerts": [{"status": "firing", "labels": {"alertname": "PaymentApiLatencyHigh", "service": "payment-api"}, "startsAt": "2026-07-22T09:35:00Z"}],
+    }
+    try:
+        with ThreadServer(create_app(settings, environ={"PAGER_URL": secret_url})) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+            r = c.post("/api/alerts/alertmanager", params={"scenario": "payment-timeout"}, json=alert, headers=auth(OPERATOR_KEY))
+            assert r.status_code == 202, r.text
+            run_id = r.json()["run_ids"][0]
+            store = srv.server.config.app.state.service.store  # type: ignore[attr-defined]
+            deadline = time.monotonic() + 30
+            while not (letters := store.dead_letters(run_id)) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert [(x["receiver"], x["attempts"], x["last_status"]) for x in letters] == [("pager", 1, 404)]
+            assert "s3cr3tT0ken" not in json.dumps(letters) and "127.0.0.1" not in json.dumps(letters)
+            text = c.get("/metrics").text
+            assert 'rootproof_notifications_total{receiver="pager",result="dead_letter"} 1.0' in text and "s3cr3tT0ken" not in text
+            run = c.get("/api/runs", params={"kind": "alertmanager"}, headers=auth(OPERATOR_KEY)).json()["runs"][0]
+            assert run["run_id"] == run_id and run["delivered_at"] is None and run["received_at"] is not None
+    finally:
+        receiver.shutdown()
+        receiver.server_close()
 
 
 def test_hashed_keys_file_authenticates_in_constant_time_comparison(tmp_path: Path) -> None:

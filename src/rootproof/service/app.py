@@ -210,7 +210,7 @@ def create_app(
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=64, thread_name_prefix="api"))
         own = runtime is None
         rt = runtime if runtime is not None else Runtime.from_settings(settings, environ=env)
-        service = Service(settings, rt, keyring=keyring, no_auth=no_auth)
+        service = Service(settings, rt, keyring=keyring, no_auth=no_auth, environ=env)
         try:
             await service.start()
             app.state.service = service

@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -69,8 +70,12 @@ class Evidence:
 class Service:
     """Everything a service process keeps between requests."""
 
-    def __init__(self, settings: Settings, runtime: Runtime, *, keyring: KeyRing, no_auth: bool = False) -> None:
+    def __init__(
+        self, settings: Settings, runtime: Runtime, *, keyring: KeyRing, no_auth: bool = False, environ: Mapping[str, str] | None = None
+    ) -> None:
         self.settings = settings
+        self.environ = dict(environ if environ is not None else os.environ)
+        """Where receiver URLs named by `url_env` are read (the process environment by default)."""
         self.runtime = runtime
         self.harness = Harness(runtime)
         self.keyring = keyring
@@ -119,7 +124,7 @@ class Service:
         # Warm up before the port answers ready: the knowledge base (the offline planner and
         # `lookup_knowledge` read it), the model client and the card catalogue.
         if self.settings.notifications is not None:
-            self.receivers = load_receivers(self.settings.notifications, os.environ)
+            self.receivers = load_receivers(self.settings.notifications, self.environ)
         await asyncio.to_thread(self._warm_up)
         await asyncio.to_thread(self.store.heartbeat, self.replica)
         await self.jobs.start()
