@@ -86,12 +86,13 @@ def test_an_undelivered_notification_becomes_a_dead_letter_without_its_url(tmp_p
         "groupKey": "dead-letter",
         "alerts": [{"status": "firing", "labels": {"alertname": "PaymentApiLatencyHigh", "service": "payment-api"}, "startsAt": "2026-07-22T09:35:00Z"}],
     }
+    app = create_app(settings, environ={"PAGER_URL": secret_url})
     try:
-        with ThreadServer(create_app(settings, environ={"PAGER_URL": secret_url})) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+        with ThreadServer(app) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
             r = c.post("/api/alerts/alertmanager", params={"scenario": "payment-timeout"}, json=alert, headers=auth(OPERATOR_KEY))
             assert r.status_code == 202, r.text
             run_id = r.json()["run_ids"][0]
-            store = srv.server.config.app.state.service.store  # type: ignore[attr-defined]
+            store = app.state.service.store
             deadline = time.monotonic() + 30
             while not (letters := store.dead_letters(run_id)) and time.monotonic() < deadline:
                 time.sleep(0.1)
