@@ -66,6 +66,10 @@ NOTIFY_ATTEMPTS = 5
 """Attempts of one notification (the first and four retries, 1, 3, 5 and 7 s apart)."""
 
 
+NOTIFY_PRIORITY = 10
+"""procrastinate priority of notification jobs (diagnoses have the default, 0)."""
+
+
 class RunFailed(Exception):
     """A job whose run ended FAILED: the job is marked failed (never retried for it)."""
 
@@ -235,7 +239,9 @@ class ProcrastinateJobs:
                 raise NotDelivered(f"notification of run {run_id} to {receiver}: attempt {attempt} failed")
 
         retry = procrastinate.RetryStrategy(max_attempts=NOTIFY_ATTEMPTS - 1, wait=1, linear_wait=2, retry_exceptions={NotDelivered})
-        self._notify_task = self.app.task(name=NOTIFY_TASK, queue=QUEUE, pass_context=True, retry=retry)(notify)
+        # Before any waiting diagnosis (procrastinate takes higher priorities first): on a burst of
+        # alerts, a run's notification does not wait for every run queued before it.
+        self._notify_task = self.app.task(name=NOTIFY_TASK, queue=QUEUE, pass_context=True, retry=retry, priority=NOTIFY_PRIORITY)(notify)
         self._tasks: list[asyncio.Task[Any]] = []
 
     async def start(self) -> None:
