@@ -318,35 +318,65 @@ def test_an_alert_run_is_delivered_and_found_by_every_operator(replicas: list[Pr
         assert naive.status_code == 422 and naive.json()["field"] == "since"
 
 
-def test_a_paused_replica_never_overwrites_what_the_sweep_closed(replicas: list[ProcessServer], model: SlowModelServer, database: str) -> None:
+def test_a_paused_replica_never_overwrites_what_the_sweep_closed(
+    replicas: list[ProcessServer], model: SlowModelServer, database: str, receivers: Receivers
+) -> None:
+    """A runs a chat run and an alert job; A is paused (SIGSTOP) past the heartbeat timeout: B's
+    sweep closes both runs and B runs the alert's successor. When A resumes, its writes change
+    nothing (the swept record and its `done` stay last), it gives the alert no second successor
+    and never notifies for the lost run."""
     a, b = replicas
     model.hold()
-    with httpx.Client(timeout=60) as c:
-        run_id, _ = _start_chat(c, a.url, 2)
-        os.kill(a.proc.pid, signal.SIGSTOP)
-        try:
-            t0 = time.monotonic()
-            swept = _wait(lambda: (d := _run(c, b.url, run_id))["status"] is not None and d, 30, "the sweep to close the paused replica's run")
-            closed_s = time.monotonic() - t0
-        finally:
-            os.kill(a.proc.pid, signal.SIGCONT)
-        assert swept["status"] == "FAILED" and swept["content"]["fallback"]["type"] == "INTERNAL_ERROR"
-        assert closed_s <= REPLICA_TIMEOUT_S + SWEEP_INTERVAL_S + 2, closed_s
-        model.release()  # the resumed replica's run goes on, and its writes change nothing
-        _wait(lambda: "rootproof_runs_in_progress{kind=\"chat\"} 0.0" in c.get(f"{a.url}/metrics").text, 30, "the paused replica's run to return")
-        events = _events(c, b.url, run_id)
-        assert [e.event for e in events][-2:] == ["content", "done"] and events[-1].data["data"]["status"] == "FAILED"  # type: ignore[index]
-        assert [int(e.id or 0) for e in events] == list(range(1, len(events) + 1))
-        again = _run(c, b.url, run_id)
-        assert again["status"] == "FAILED" and again["content"] == swept["content"]
-        engine = sa.create_engine(database)
-        try:
+    engine = sa.create_engine(database)
+    try:
+        with httpx.Client(timeout=60) as c:
+            os.kill(b.proc.pid, signal.SIGSTOP)  # so that A's worker takes the alert's job
+            try:
+                r = c.post(f"{a.url}/api/alerts/alertmanager", params={"scenario": "pg-row-lock"}, json=_alert(f"pause-{os.getpid()}"), headers=auth(OPERATOR_KEY))
+                assert r.status_code == 202, r.text
+                alert_run = r.json()["run_ids"][0]
+                _wait(lambda: (_run(c, a.url, alert_run)["executor"] or "").split(":")[1:2] == [str(a.proc.pid)], 30, "A to take the alert's job")
+            finally:
+                os.kill(b.proc.pid, signal.SIGCONT)
+            run_id, _ = _start_chat(c, a.url, 2)
+            os.kill(a.proc.pid, signal.SIGSTOP)
+            try:
+                t0 = time.monotonic()
+                swept = _wait(lambda: (d := _run(c, b.url, run_id))["status"] is not None and d, 30, "the sweep to close the paused replica's run")
+                closed_s = time.monotonic() - t0
+                successor = _wait(lambda: _run(c, b.url, alert_run)["status"] and _successor(engine, alert_run), 30, "B to retry the alert")
+            finally:
+                os.kill(a.proc.pid, signal.SIGCONT)
+            assert swept["status"] == "FAILED" and swept["content"]["fallback"]["type"] == "INTERNAL_ERROR"
+            assert closed_s <= REPLICA_TIMEOUT_S + SWEEP_INTERVAL_S + 2, closed_s
+            model.release()  # the resumed replica's runs go on, and their writes change nothing
+            _wait(lambda: 'rootproof_runs_in_progress{kind="chat"} 0.0' in c.get(f"{a.url}/metrics").text, 30, "the paused replica's chat run to return")
+            final = _wait(lambda: (d := _run(c, b.url, successor))["status"] is not None and d, 60, "the alert's successor to end")
+            assert final["status"] == "SUCCESS" and final["retry_of"] == alert_run
+            _wait(lambda: successor in {x[1].get("run_id") for x in receivers.got["hook"]}, 30, "the successor's notification")
+            time.sleep(2 * SWEEP_INTERVAL_S)
+            events = _events(c, b.url, run_id)
+            assert [e.event for e in events][-2:] == ["content", "done"] and events[-1].data["data"]["status"] == "FAILED"  # type: ignore[index]
+            assert [int(e.id or 0) for e in events] == list(range(1, len(events) + 1))
+            again = _run(c, b.url, run_id)
+            assert again["status"] == "FAILED" and again["content"] == swept["content"]
+            lost = _events(c, b.url, alert_run)
+            assert lost[-1].event == "done" and lost[-1].data["data"]["status"] == "FAILED"  # type: ignore[index]
             with engine.connect() as conn:
                 error = conn.execute(sa.text("SELECT error FROM diagnosis_run WHERE run_id = :r"), {"r": run_id}).scalar()
-        finally:
-            engine.dispose()
-        assert str(error).startswith("worker lost") and "heartbeat" in str(error)
-        print(f"paused {a.url}; its run was closed {closed_s:.1f} s later by {b.url}")
+                successors = conn.execute(sa.text("SELECT count(*) FROM diagnosis_run WHERE retry_of IN (:r, :s)"), {"r": alert_run, "s": successor}).scalar()
+            assert str(error).startswith("worker lost") and "heartbeat" in str(error)
+            assert successors == 1
+            assert alert_run not in {x[1].get("run_id") for x in receivers.got["hook"]}
+            print(f"paused {a.url}; its run was closed {closed_s:.1f} s later by {b.url}")
+    finally:
+        engine.dispose()
+
+
+def _successor(engine: sa.Engine, run_id: str) -> str | None:
+    with engine.connect() as conn:
+        found = conn.execute(sa.text("SELECT run_id FROM diagnosis_run WHERE retry_of = :r"), {"r": run_id}).scalar()
+    return str(found) if found else None
 
 
 def test_a_killed_replica_loses_no_alert(replicas: list[ProcessServer], model: SlowModelServer, database: str, receivers: Receivers) -> None:

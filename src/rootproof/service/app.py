@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import Body, Depends, FastAPI, Header, HTTPException, Path, Query, Request
@@ -451,11 +451,11 @@ def _read_cursor(cursor: str) -> tuple[datetime, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         at, run_id = json.loads(raw)
-        when = datetime.fromisoformat(at)
-        if when.tzinfo is None or not isinstance(run_id, str) or len(run_id) > 64:
+        when = datetime.fromisoformat(at).astimezone(UTC)
+        if not isinstance(run_id, str) or len(run_id) > 64:
             raise ValueError(cursor)
         return when, run_id
-    except (ValueError, TypeError, UnicodeDecodeError, binascii.Error):
+    except (ValueError, TypeError, OverflowError, UnicodeDecodeError, binascii.Error):
         raise _problem(422, "cursor: not a cursor of this listing (use next_cursor as given)", "cursor") from None
 
 
@@ -512,6 +512,12 @@ async def _prepared_chat(service: ServiceDep, who: Asker, body: ChatRequest) -> 
         owner = await asyncio.to_thread(service.store.claim_session, body.session_id, who.name)
         if owner != who.name:
             raise _problem(404, "no such session", "session_id")
+    if service.chat_backlog() >= service.chat_backlog_limit:
+        raise HTTPException(
+            503,
+            {"detail": f"this replica holds {service.chat_backlog_limit} chat runs (4 x ROOTPROOF_CHAT_CONCURRENCY); retry later", "field": None},
+            headers={"Retry-After": "5"},
+        )
     return service.new_chat(message=body.message, session_id=body.session_id, principal=who.name, evidence=found, alert=body.alert)
 
 
@@ -550,7 +556,7 @@ def _routes(app: FastAPI) -> None:
         "/api/chat",
         response_class=EventSourceResponse,
         tags=["runs"],
-        responses=_problems(400, 401, 403, 404, 413, 422, json_only=True),
+        responses=_problems(400, 401, 403, 404, 413, 422, 503, json_only=True),
     )
     async def chat(service: ServiceDep, request: Annotated[RunRequest, Depends(_prepared_chat)]) -> AsyncIterator[ServerSentEvent]:
         """Ask a question; the run's events stream back (metadata, status, tool, content, done).
@@ -559,6 +565,7 @@ def _routes(app: FastAPI) -> None:
         deadline), and the stream resumes with `GET /api/runs/{run_id}/events` and
         `Last-Event-ID`, on any replica. Cancel with `POST /api/runs/{run_id}/cancel`."""
         t0 = asyncio.get_running_loop().time()
+        await asyncio.to_thread(service.record_chat, request)
         service.start_chat(request)  # before following: the stream reads the run from this replica
         done = False
         first = True
@@ -716,6 +723,12 @@ def _routes(app: FastAPI) -> None:
         """The service's runs, newest first: an operator sees its own chat runs and every alert
         run; auditors and admins see every run. `next_cursor` pages on (null at the end)."""
         after = _read_cursor(cursor) if cursor else None
+        for name, value in (("since", since), ("until", until)):
+            try:
+                if value is not None:
+                    value.astimezone(UTC)
+            except OverflowError:
+                raise _problem(422, f"{name}: out of range", name) from None
         where = RunFilter(
             kinds=(kind,) if kind else None,
             owner=None if who.may("audit") else who.name,

@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 
 WORKER_LOST = "worker lost"
 """The error of a run whose worker stopped mid-run (its job's retry closes it)."""
+LOST = "LOST"
+"""`_run_job`'s answer for a run closed for this replica while it ran (a pause)."""
 
 
 def group_hash(group_key: str) -> str:
@@ -95,6 +97,8 @@ class Service:
         self._scenario_ids: set[str] | None = None
         self._scenario_lock = threading.Lock()
         self._chat_pool = ThreadPoolExecutor(max_workers=settings.chat_concurrency, thread_name_prefix="chat")
+        self._chat_lock = threading.Lock()
+        self._chat_open = 0
         self.cancel_bus = CancelBus(self.hub, self.store, settings.redis_url)
         self.jobs: JobQueue
         if self.store.engine.dialect.name == "postgresql":
@@ -191,9 +195,18 @@ class Service:
         for run_id, executor in self.store.lost_runs(self.settings.replica_timeout_s):
             if executor == self.replica:
                 continue  # this replica is alive (a heartbeat write that failed once)
-            if self._close_lost(run_id, f"{WORKER_LOST}: {executor} sent no heartbeat for {self.settings.replica_timeout_s:g} s") is not None:
-                closed += 1
-                log.warning("closed run %s: its replica %s stopped sending heartbeats", run_id, executor)
+            if self._close_lost(run_id, f"{WORKER_LOST}: {executor} sent no heartbeat for {self.settings.replica_timeout_s:g} s") is None:
+                continue
+            closed += 1
+            log.warning("closed run %s: its replica %s stopped sending heartbeats", run_id, executor)
+            if self._kind_of(run_id) not in ALERT_KINDS:
+                continue
+            if self.store.attempts_of(run_id) >= self.settings.webhook_max_attempts:
+                self.notify_end(run_id)  # no successor will come: this is the alert's final run
+            else:
+                # Its job is retried by procrastinate's stalled-job check; if that job already
+                # finished (a replica that resumed after a pause finished it), queue it again.
+                self.jobs.resubmit(self.store.first_of(run_id))
         return closed
 
     def _close_unstarted(self, run_id: str) -> None:
@@ -284,18 +297,35 @@ class Service:
             meta = {}
         return str(meta.get("kind") or "other")
 
-    def start_chat(self, request: RunRequest) -> LocalRun:
-        """Start a chat run on this replica's chat pool; its stream follows the returned run.
+    @property
+    def chat_backlog_limit(self) -> int:
+        """Chat runs one replica holds at once, running or waiting for a slot: four times
+        `chat_concurrency`. A client that posts and hangs up no longer cancels its run, so this
+        bounds what a client can queue; beyond it `POST /api/chat` answers 503."""
+        return 4 * self.settings.chat_concurrency
 
-        The run is recorded (with this replica as its executor) before it starts, so that the
-        sweep of another replica closes it if this one dies before the run ends."""
-        local = self.hub.add(LocalRun(run_id=request.run_id))
+    def chat_backlog(self) -> int:
+        """Chat runs of this replica that have not returned yet."""
+        with self._chat_lock:
+            return self._chat_open
+
+    def record_chat(self, request: RunRequest) -> None:
+        """Record a chat run before it starts, with this replica as its executor, so that the
+        sweep of another replica closes it if this one dies before the run ends (a store
+        failure is left to the run itself, which reports it)."""
         try:
             self.store.save_run(self._waiting_record(request))
             self.store.tag_run(request.run_id, kind="chat")
             self.store.claim_executor(request.run_id, self.replica)
         except StoreError:
             log.warning("could not record chat run %s before it started", request.run_id)
+
+    def start_chat(self, request: RunRequest) -> LocalRun:
+        """Start a chat run on this replica's chat pool (`record_chat` first); its stream
+        follows the returned run."""
+        local = self.hub.add(LocalRun(run_id=request.run_id))
+        with self._chat_lock:
+            self._chat_open += 1
 
         def work() -> None:
             try:
@@ -306,6 +336,8 @@ class Service:
             finally:
                 local.finish()
                 self.hub.remove(request.run_id)
+                with self._chat_lock:
+                    self._chat_open -= 1
 
         self._chat_pool.submit(work)
         return local
@@ -378,62 +410,98 @@ class Service:
         Idempotent, and a retry (procrastinate retries the job of a worker that stopped sending
         heartbeats) follows the alert's runs to the last one:
         - a run still waiting is taken (its executor recorded) and run here;
-        - a run an earlier attempt started is closed FAILED / `INTERNAL_ERROR` ("worker lost")
-          unless it already is (another replica's sweep closes it too);
+        - a run another replica is executing is waited for while that replica's heartbeat is
+          fresh (at most `replica_timeout_s` and two sweep intervals: the two liveness checks,
+          procrastinate's and the heartbeat sweep, are independent); a run whose executor went
+          silent is closed FAILED / `INTERNAL_ERROR` ("worker lost") unless it already is;
         - a run closed as "worker lost" gets one successor (`retry_of`, same session), run here,
           and the alert group is pointed at it, while the alert has had fewer than
           `webhook_max_attempts` runs; after that the lost run is the final one;
         - any other terminal run is left alone.
-        Only the final run of an alert notifies.
+        Only the final run of an alert notifies (at least once).
         """
-        run_id = request.run_id
+        for _ in range(self.settings.webhook_max_attempts + 2):
+            run_id = self._last_of(request.run_id)
+            record = self.store.get_run(run_id)
+            if record is None:
+                log.warning("job for unknown run %s dropped", run_id)
+                return None
+            current = request if run_id == request.run_id else request.model_copy(update={"run_id": run_id, "session_id": record.session_id})
+            if record.status is None and self.store.claim_executor(run_id, self.replica):
+                status = self._run_job(current)
+                if status != LOST:
+                    return status
+                continue  # closed for this replica while it was paused: the alert goes on
+            if record.status is None:
+                previous = self.store.executor_of(run_id)
+                if previous is not None and self._await_executor(run_id, previous):
+                    record = self.store.get_run(run_id) or record
+                    if record.status is None:
+                        return None  # its replica is alive and still runs it
+                else:
+                    record = self._close_lost(run_id, f"{WORKER_LOST}: {previous} stopped during the run") or self.store.get_run(run_id)
+                if record is None or record.status is None:
+                    return None
+            if not (record.error or "").startswith(WORKER_LOST):
+                self.notify_end(run_id)  # ended (here or elsewhere): notified unless it already was
+                return record.status
+            if self.store.attempts_of(run_id) >= self.settings.webhook_max_attempts:
+                self.notify_end(run_id)  # the alert's final run
+                return record.status
+            fresh = str(uuid.uuid4())
+            successor = self.store.create_successor(record, fresh)
+            self.store.repoint_alert_group(run_id, successor)
+            if successor == fresh:
+                self.metrics.job_retries.inc()
+                log.warning("alert run %s was lost; its successor %s runs next", run_id, successor)
+        return None
+
+    def _last_of(self, run_id: str) -> str:
+        """The last run of an alert: `run_id` followed along its successors."""
         for _ in range(self.settings.webhook_max_attempts + 2):
             successor = self.store.successor_of(run_id)
             if successor is None:
                 break
             run_id = successor
-        record = self.store.get_run(run_id)
-        if record is None:
-            log.warning("job for unknown run %s dropped", run_id)
-            return None
-        current = request if run_id == request.run_id else request.model_copy(update={"run_id": run_id, "session_id": record.session_id})
-        if record.status is None and self.store.claim_executor(run_id, self.replica):
-            return self._run_job(current)
-        if record.status is None:
-            previous = self.store.executor_of(run_id)
-            record = self._close_lost(run_id, f"{WORKER_LOST}: {previous} stopped during the run") or self.store.get_run(run_id)
-            if record is None or record.status is None:
-                return None
-        if not (record.error or "").startswith(WORKER_LOST):
-            return record.status  # it ended (here or elsewhere): nothing more to do
-        if self.store.attempts_of(run_id) >= self.settings.webhook_max_attempts:
-            self.notify_end(run_id)  # the alert's final run
-            return record.status
-        successor = self.store.create_successor(record, str(uuid.uuid4()))
-        self.store.repoint_alert_group(run_id, successor)
-        self.metrics.job_retries.inc()
-        log.warning("alert run %s was lost; its successor %s runs here", run_id, successor)
-        if not self.store.claim_executor(successor, self.replica):
-            return None  # another replica runs it
-        return self._run_job(current.model_copy(update={"run_id": successor}))
+        return run_id
+
+    def _await_executor(self, run_id: str, executor: str) -> bool:
+        """Wait while `executor` (another replica) still runs `run_id` with a fresh heartbeat;
+        True when the run ended or its replica is still alive at the end of the wait, False as
+        soon as the replica's heartbeat is stale (it is gone)."""
+        deadline = time.monotonic() + self.settings.replica_timeout_s + 2 * self.sweep_interval_s
+        while True:
+            record = self.store.get_run(run_id)
+            if record is None or record.status is not None:
+                return True
+            if not self.store.replica_alive(executor, self.settings.replica_timeout_s):
+                return False
+            if time.monotonic() >= deadline:
+                return True
+            time.sleep(min(1.0, self.sweep_interval_s / 2))
 
     def _run_job(self, request: RunRequest) -> str | None:
-        """Run a taken webhook run here; notify when it ends."""
+        """Run a taken webhook run here; notify when it ends. `LOST` when the run was closed
+        for this replica meanwhile (it was paused past the heartbeat timeout): the caller goes
+        on with the alert's successor, and nothing is notified for the lost run here."""
         if request.queued_at is not None:
             self.metrics.job_wait_seconds.observe(max(0.0, time.time() - request.queued_at))
         local = self.hub.add(LocalRun(run_id=request.run_id))
-        status: str | None = None
         try:
-            status = self._diagnose(request, local).status
+            self._diagnose(request, local)
         except Exception:  # noqa: BLE001 - as for chat runs: the run must still end terminal
             log.exception("job run %s failed outside the harness", request.run_id)
             self._close_failed(request)
-            status = "FAILED"
         finally:
             local.finish()
             self.hub.remove(request.run_id)
+        stored = self.store.get_run(request.run_id)
+        if stored is None:
+            return None
+        if (stored.error or "").startswith(WORKER_LOST):
+            return LOST
         self.notify_end(request.run_id)
-        return status
+        return stored.status
 
     # -- notifications ----------------------------------------------------------------------
     def notify_end(self, run_id: str) -> None:
@@ -445,18 +513,21 @@ class Service:
         except StoreError:
             log.warning("could not read run %s to notify", run_id)
             return
-        if record is None or record.status is None:
-            return
+        if record is None or record.status is None or meta.get("notified_at") is not None:
+            return  # not ended, or its notifications are queued already
         if not self.receivers:
             received = meta.get("received_at")
-            if received is not None and record.ended_at is not None:
+            if received is not None and record.ended_at is not None and self.store.mark_notified(run_id):
                 self.metrics.alert_to_delivery.observe(max(0.0, (record.ended_at - received).total_seconds()))
             return
+        # Queued first, marked after: a replica that dies in between leaves the mark unset, and
+        # the job's retry queues them again (at least once; the Idempotency-Key drops repeats).
         for receiver in self.receivers:
             try:
                 self.jobs.defer_notification_sync(run_id, receiver.name)
             except Exception as exc:  # noqa: BLE001 - the run stays readable; the dead letter says why
                 self.store.add_dead_letter(run_id, receiver.name, attempts=0, last_status=None, detail=f"could not queue the notification: {type(exc).__name__}")
+        self.store.mark_notified(run_id)
 
     def _deliver_attempt(self, run_id: str, receiver_name: str, attempt: int, last: bool) -> bool:
         """One delivery attempt of a run's notification to one receiver; True when done (sent,

@@ -95,6 +95,10 @@ class JobQueue(Protocol):
     async def counts(self) -> dict[str, int]:
         """Jobs by status (`todo`, `doing`, ...), for the `rootproof_jobs` gauge."""
 
+    def resubmit(self, run_id: str) -> bool:
+        """Queue the job of the alert whose first run is `run_id` again when it already
+        finished (from a worker thread); True when it was queued."""
+
     async def stop_fetching(self) -> None:
         """Take no new job (shutdown, first step)."""
 
@@ -165,6 +169,10 @@ class InProcessJobs:
     async def counts(self) -> dict[str, int]:
         with self._lock:
             return {"todo": len(self._waiting), "doing": self._running}
+
+    def resubmit(self, run_id: str) -> bool:
+        """Nothing to do: one process, whose own runs are never swept."""
+        return False
 
     async def stop_fetching(self) -> None:
         with self._lock:
@@ -307,6 +315,32 @@ class ProcrastinateJobs:
             raise RuntimeError("the job queue is not open")
         coro = self._notify_task.defer_async(run_id=run_id, receiver=receiver)
         asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=30)
+
+    def resubmit(self, run_id: str) -> bool:
+        """Queue a finished job of the alert again (a `queueing_lock` per run, so several
+        sweeping replicas queue it once); a job still waiting or running is left to run."""
+        if self._loop is None:
+            return False
+
+        async def again() -> bool:
+            rows = await self.app.connector.execute_query_all_async(
+                "SELECT status::text AS status, args FROM procrastinate_jobs WHERE task_name = %(task)s AND args->'request'->>'run_id' = %(run)s ORDER BY id",
+                task=TASK_NAME,
+                run=run_id,
+            )
+            if not rows or any(str(r["status"]) in ("todo", "doing") for r in rows):
+                return False
+            request = rows[-1]["args"]["request"]
+            with contextlib.suppress(self._procrastinate.exceptions.AlreadyEnqueued):
+                await self._task.configure(queueing_lock=f"retry:{run_id}").defer_async(request=request)
+                return True
+            return False
+
+        try:
+            return asyncio.run_coroutine_threadsafe(again(), self._loop).result(timeout=30)
+        except Exception as exc:  # noqa: BLE001 - procrastinate's stalled check still retries a running job
+            log.warning("could not queue the job of run %s again: %s", run_id, type(exc).__name__)
+            return False
 
     async def counts(self) -> dict[str, int]:
         rows = await self.app.connector.execute_query_all_async(

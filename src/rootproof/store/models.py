@@ -133,6 +133,7 @@ class DiagnosisRun(Base):
         sa.Index("idx_run_alert_source", "alert_source"),
         sa.Index("idx_run_group_hash", "group_hash"),
         sa.Index("uq_run_retry_of", "retry_of", unique=True),
+        sa.Index("idx_run_principal_started", "principal", "started_at"),
         TABLE_OPTIONS,
     )
 
@@ -184,6 +185,9 @@ class DiagnosisRun(Base):
     """When the alert reached the service (a retried alert keeps its first run's)."""
     delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     """When a receiver first answered 2xx to its notification."""
+    notified_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    """When the notifications of an alert's final run were queued (at least once: a replica
+    that dies before this is set leaves them to the job's retry)."""
 
 
 class AlertGroup(Base):

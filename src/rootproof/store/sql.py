@@ -730,14 +730,30 @@ class SqlTraceStore:
                 row = s.execute(sa.select(DiagnosisRun).where(DiagnosisRun.run_id == run_id).with_for_update()).scalar_one_or_none()
             if row is None or row.status is not None:
                 return None
-            row.status = status
-            row.lifecycle_state = status
-            row.release_outcome = release_outcome
-            row.fallback_type = fallback_type
-            row.content = content
-            row.error = error
-            row.ended_at = now
-            row.duration_ms = max(0, int((now - row.started_at).total_seconds() * 1000))
+            duration_ms = max(0, int((now - row.started_at).total_seconds() * 1000))
+            # Conditional in the statement itself (SQLite has no row lock: there the UPDATE takes
+            # the database's write lock, and a terminal write of another process in between
+            # makes it change nothing).
+            changed = s.execute(
+                sa.update(DiagnosisRun)
+                .where(DiagnosisRun.run_id == run_id, DiagnosisRun.status.is_(None))
+                .values(
+                    status=status,
+                    lifecycle_state=status,
+                    release_outcome=release_outcome,
+                    fallback_type=fallback_type,
+                    content=content,
+                    error=error,
+                    ended_at=now,
+                    duration_ms=duration_ms,
+                )
+                .execution_options(synchronize_session=False)
+            )
+            if not getattr(changed, "rowcount", 0):
+                return None
+            s.expire(row)
+            row = s.get(DiagnosisRun, run_id)
+            assert row is not None
             events = s.execute(sa.select(RunEvent.seq, RunEvent.type).where(RunEvent.run_id == run_id).order_by(RunEvent.seq)).all()
             if not any(t == "done" for _, t in events):
                 seq = events[-1][0] if events else 0
@@ -782,8 +798,17 @@ class SqlTraceStore:
 
     def run_meta(self, run_id: str) -> dict[str, Any] | None:
         """The service's columns of a run: kind, alert_source, group_hash, executor, retry_of,
-        received_at, delivered_at (None when the run is unknown)."""
-        cols = (DiagnosisRun.kind, DiagnosisRun.alert_source, DiagnosisRun.group_hash, DiagnosisRun.executor, DiagnosisRun.retry_of, DiagnosisRun.received_at, DiagnosisRun.delivered_at)
+        received_at, delivered_at, notified_at (None when the run is unknown)."""
+        cols = (
+            DiagnosisRun.kind,
+            DiagnosisRun.alert_source,
+            DiagnosisRun.group_hash,
+            DiagnosisRun.executor,
+            DiagnosisRun.retry_of,
+            DiagnosisRun.received_at,
+            DiagnosisRun.delivered_at,
+            DiagnosisRun.notified_at,
+        )
         with self._session(f"read the service columns of run {run_id}") as s:
             row = s.execute(sa.select(*cols).where(DiagnosisRun.run_id == run_id)).first()
             return None if row is None else dict(row._mapping)
@@ -792,6 +817,16 @@ class SqlTraceStore:
         """The run that replaced `run_id` (a retried alert), or None."""
         with self._session(f"read the successor of run {run_id}") as s:
             return s.scalar(sa.select(DiagnosisRun.run_id).where(DiagnosisRun.retry_of == run_id))
+
+    def first_of(self, run_id: str) -> str:
+        """The first run of an alert (`run_id` followed back along `retry_of`)."""
+        with self._session(f"read the first run of {run_id}") as s:
+            for _ in range(1000):
+                previous = s.scalar(sa.select(DiagnosisRun.retry_of).where(DiagnosisRun.run_id == run_id))
+                if previous is None:
+                    break
+                run_id = previous
+        return run_id
 
     def attempts_of(self, run_id: str) -> int:
         """How many runs its alert has had up to `run_id` (1 + the runs it replaces)."""
@@ -861,6 +896,17 @@ class SqlTraceStore:
         with self._session(f"record the delivery of run {run_id}") as s:
             return bool(getattr(s.execute(stmt), "rowcount", 0))
 
+    def mark_notified(self, run_id: str, *, now: datetime | None = None) -> bool:
+        """Record that a run's notifications were queued; True for the first time only."""
+        stmt = (
+            sa.update(DiagnosisRun)
+            .where(DiagnosisRun.run_id == run_id, DiagnosisRun.notified_at.is_(None))
+            .values(notified_at=now or utcnow())
+            .execution_options(synchronize_session=False)
+        )
+        with self._session(f"record the notifications of run {run_id}") as s:
+            return bool(getattr(s.execute(stmt), "rowcount", 0))
+
     def add_dead_letter(self, run_id: str, receiver: str, *, attempts: int, last_status: int | None, detail: str) -> None:
         """Record a notification that was not delivered after its last attempt."""
         with self._session(f"record an undelivered notification of run {run_id}") as s:
@@ -884,6 +930,14 @@ class SqlTraceStore:
             )
             if not getattr(updated, "rowcount", 0):
                 s.execute(self._upsert(ServiceReplica, {"instance_id": instance_id, "started_at": now, "heartbeat_at": now}, "instance_id"))
+
+    def replica_alive(self, instance_id: str, timeout_s: float, *, now: datetime | None = None) -> bool:
+        """Whether a replica sent a heartbeat within `timeout_s` seconds."""
+        now = now or utcnow()
+        stmt = sa.select(ServiceReplica.heartbeat_at).where(ServiceReplica.instance_id == instance_id)
+        with self._session("read a replica heartbeat") as s:
+            beat = s.scalar(stmt)
+        return beat is not None and beat >= now - timedelta(seconds=timeout_s)
 
     def forget_replica(self, instance_id: str) -> None:
         """A replica that stopped cleanly (its runs are closed) leaves the heartbeat table."""
@@ -932,9 +986,10 @@ class SqlTraceStore:
         stmt = sa.select(*cols).where(DiagnosisRun.kind.is_not(None))
         if where.kinds is not None:
             stmt = stmt.where(DiagnosisRun.kind.in_(where.kinds))
-        if where.owner is not None:  # an operator: its own sessions, and every alert run
-            own = sa.select(ChatSession.session_id).where(ChatSession.owner == where.owner)
-            stmt = stmt.where(sa.or_(DiagnosisRun.kind.in_(("alertmanager", "grafana")), DiagnosisRun.session_id.in_(own)))
+        if where.owner is not None:  # an operator: its own chat runs (their principal owns the session), every alert run
+            stmt = stmt.where(
+                sa.or_(DiagnosisRun.kind.in_(("alertmanager", "grafana")), sa.and_(DiagnosisRun.kind == "chat", DiagnosisRun.principal == where.owner))
+            )
         for column, value in (
             (DiagnosisRun.alert_source, where.alert_source),
             (DiagnosisRun.group_hash, where.group_hash),
@@ -978,10 +1033,12 @@ class SqlTraceStore:
     def sweep_orphans(self, *, now: datetime | None = None, grace_s: float = 1.0) -> int:
         """Mark runs orphaned by a killed process; return how many.
 
-        A run is orphaned when it is still non-terminal (`status` NULL) and its deadline plus
-        `grace_s` has passed. It becomes `FAILED` / release_outcome `NONE` / fallback_type
-        `INTERNAL_ERROR` / error `orphaned`, ended at `now`. Runs without a deadline, or whose
-        deadline plus grace is still ahead (a live run of another process), are never touched.
+        A run is orphaned when it is still non-terminal (`status` NULL), no service replica
+        took it (`executor` NULL: the service's runs are closed by its heartbeat sweep, which
+        knows whether their replica is alive) and its deadline plus `grace_s` has passed. It
+        becomes `FAILED` / release_outcome `NONE` / fallback_type `INTERNAL_ERROR` / error
+        `orphaned`, ended at `now`. Runs without a deadline, or whose deadline plus grace is
+        still ahead (a live run of another process), are never touched.
         """
         now = now or utcnow()
         if now.tzinfo is None:
@@ -991,6 +1048,7 @@ class SqlTraceStore:
             sa.update(DiagnosisRun)
             .where(
                 DiagnosisRun.status.is_(None),
+                DiagnosisRun.executor.is_(None),
                 DiagnosisRun.deadline_at.is_not(None),
                 DiagnosisRun.deadline_at < cutoff,
             )

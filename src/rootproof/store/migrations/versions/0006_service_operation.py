@@ -1,6 +1,6 @@
 """The service in operation: what kind of run each is and where its alert came from (indexed
 for `GET /api/runs`), the run a retried alert replaces, when its alert was received and first
-delivered; the alerts' fingerprints; the service replicas' heartbeats; notifications that could
+delivered, and whether its notifications were queued; the alerts' fingerprints; the service replicas' heartbeats; notifications that could
 not be delivered.
 
 Revision ID: 0006
@@ -41,10 +41,12 @@ def upgrade() -> None:
     op.add_column("diagnosis_run", sa.Column("retry_of", sa.String(64)))
     op.add_column("diagnosis_run", sa.Column("received_at", _dt()))
     op.add_column("diagnosis_run", sa.Column("delivered_at", _dt()))
+    op.add_column("diagnosis_run", sa.Column("notified_at", _dt()))
     op.create_index("idx_run_kind_started", "diagnosis_run", ["kind", "started_at"])
     op.create_index("idx_run_alert_source", "diagnosis_run", ["alert_source"])
     op.create_index("idx_run_group_hash", "diagnosis_run", ["group_hash"])
     op.create_index("uq_run_retry_of", "diagnosis_run", ["retry_of"], unique=True)
+    op.create_index("idx_run_principal_started", "diagnosis_run", ["principal", "started_at"])
     op.create_table(
         "run_alert_fingerprint",
         sa.Column("run_id", sa.String(64), primary_key=True),
@@ -81,7 +83,7 @@ def downgrade() -> None:
     op.drop_table("service_replica")
     op.drop_index("idx_run_alert_fingerprint", table_name="run_alert_fingerprint")
     op.drop_table("run_alert_fingerprint")
-    for name in ("uq_run_retry_of", "idx_run_group_hash", "idx_run_alert_source", "idx_run_kind_started"):
+    for name in ("idx_run_principal_started", "uq_run_retry_of", "idx_run_group_hash", "idx_run_alert_source", "idx_run_kind_started"):
         op.drop_index(name, table_name="diagnosis_run")
-    for column in ("delivered_at", "received_at", "retry_of", "group_hash", "alert_source", "kind"):
+    for column in ("notified_at", "delivered_at", "received_at", "retry_of", "group_hash", "alert_source", "kind"):
         op.drop_column("diagnosis_run", column)
