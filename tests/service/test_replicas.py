@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -42,7 +43,7 @@ from .support import (
 
 pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.serial]
 
-REPLICA_TIMEOUT_S = 3.0
+REPLICA_TIMEOUT_S = 2.0
 SWEEP_INTERVAL_S = REPLICA_TIMEOUT_S / 3
 PLANTED = "<!channel> pay <https://evil.example/x|here> & <@U0123>"
 
@@ -114,24 +115,32 @@ def replicas(tmp_path_factory: pytest.TempPathFactory, database: str, model: Slo
         "receivers:\n  - {name: hook, kind: webhook, url_env: TEST_HOOK_URL}\n  - {name: team-slack, kind: slack, url_file: slack.url}\n"
     )
     started: list[ProcessServer] = []
+
+    def start(name: str) -> ProcessServer:
+        home = tmp_path_factory.mktemp(f"replica-{name}")
+        env = service_env(
+            home,
+            ROOTPROOF_DATABASE_URL=database,
+            ROOTPROOF_REDIS_URL=redis_url,
+            ROOTPROOF_STALLED_JOB_TIMEOUT_S="2",
+            ROOTPROOF_REPLICA_TIMEOUT_S=str(REPLICA_TIMEOUT_S),
+            ROOTPROOF_SSE_HEARTBEAT_S="1",
+            ROOTPROOF_WORKER_CONCURRENCY="4",
+            ROOTPROOF_NOTIFICATIONS=str(config / "notify.yaml"),
+            ROOTPROOF_PUBLIC_URL="https://rootproof.example.com",
+            TEST_HOOK_URL=f"{receivers.url}/hook",
+            **model.env(),
+        )
+        server = serve_process(env, home / "serve.log")
+        started.append(server)
+        return server
+
     try:
-        for name in ("a", "b"):
-            home = tmp_path_factory.mktemp(f"replica-{name}")
-            env = service_env(
-                home,
-                ROOTPROOF_DATABASE_URL=database,
-                ROOTPROOF_REDIS_URL=redis_url,
-                ROOTPROOF_STALLED_JOB_TIMEOUT_S="3",
-                ROOTPROOF_REPLICA_TIMEOUT_S=str(REPLICA_TIMEOUT_S),
-                ROOTPROOF_SSE_HEARTBEAT_S="1",
-                ROOTPROOF_WORKER_CONCURRENCY="4",
-                ROOTPROOF_NOTIFICATIONS=str(config / "notify.yaml"),
-                ROOTPROOF_PUBLIC_URL="https://rootproof.example.com",
-                TEST_HOOK_URL=f"{receivers.url}/hook",
-                **model.env(),
-            )
-            started.append(serve_process(env, home / "serve.log"))
-        yield started
+        # Started together: both apply the migrations and procrastinate's schema at once (each
+        # under a lock), as replicas of a deployment do.
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            replicas = list(pool.map(start, ("a", "b")))
+        yield replicas
     finally:
         model.release()
         for server in started:

@@ -46,16 +46,22 @@ def test_serve_refuses_to_start_without_keys_or_off_loopback(tmp_path: Path) -> 
 
 
 def test_serve_checks_the_notifications_file_and_public_url_before_binding(tmp_path: Path) -> None:
+    from rootproof.service.notify import load_receivers
+
     secret = "https://hooks.slack.example/services/T000/B000/s3cr3tT0ken"
     notify = tmp_path / "notify.yaml"
     notify.write_text("receivers:\n  - {name: team, kind: pager, url_env: HOOK}\n")
     p = _rp("serve", "--port", "1", home=tmp_path, ROOTPROOF_API_KEYS=API_KEYS, ROOTPROOF_NOTIFICATIONS=str(notify), HOOK=secret)
     assert p.returncode == 2 and "ROOTPROOF_NOTIFICATIONS" in p.stderr and "receivers[0].kind" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and "s3cr3tT0ken" not in p.stderr + p.stdout
+    # The same check (`serve` runs it before binding), in-process: a URL that is not http(s) is
+    # named by its variable, never quoted; a bad ROOTPROOF_PUBLIC_URL is a settings error.
     notify.write_text("receivers:\n  - {name: team, kind: slack, url_env: HOOK}\n")
-    p = _rp("serve", "--port", "1", home=tmp_path, ROOTPROOF_API_KEYS=API_KEYS, ROOTPROOF_NOTIFICATIONS=str(notify), HOOK="ftp:" + secret[6:])
-    assert p.returncode == 2 and "receivers[0].url_env" in p.stderr and "s3cr3tT0ken" not in p.stderr + p.stdout, p.stderr
-    p = _rp("serve", "--port", "1", home=tmp_path, ROOTPROOF_API_KEYS=API_KEYS, ROOTPROOF_PUBLIC_URL="https://x.example/?a=1")
-    assert p.returncode == 2 and "ROOTPROOF_PUBLIC_URL" in p.stderr and "Traceback" not in p.stderr
+    with pytest.raises(ConfigError, match=r"receivers\[0\]\.url_env") as bad:
+        load_receivers(notify, {"HOOK": "ftp:" + secret[6:]})
+    assert "s3cr3tT0ken" not in str(bad.value)
+    with pytest.raises(ConfigError, match="ROOTPROOF_PUBLIC_URL"):
+        load_settings(data_dir=tmp_path, public_url="https://x.example/?a=1")
 
 
 def test_an_undelivered_notification_becomes_a_dead_letter_without_its_url(tmp_path: Path) -> None:
