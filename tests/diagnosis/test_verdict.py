@@ -106,3 +106,66 @@ def test_a_redis_refusing_writes_is_found_from_its_state_under_a_plain_question(
     assert "maxmemory 1073741824" in report["root_cause"]["culprit"]
     cited = [c["excerpt"] for claim in report["claims"] if claim["id"] in report["root_cause"]["claim_ids"] for c in claim["citations"]]
     assert "errorstat_OOM:count=2964" in cited and "maxmemory:1073741824" in cited, cited
+
+
+def _shared_server(deadlock_db: str, deadlock_user: str, client: str) -> dict[str, Any]:
+    """One PostgreSQL server: `orders` (orders-api's sessions) and `billing`; a deadlock storm in
+    `deadlock_db` (its server log lines and `client`'s errors), orders-api's requests failing
+    on pool timeouts."""
+    server_log: list[str] = []
+    for m, pid in ((11, 61356), (14, 61402), (17, 61488), (21, 61530), (25, 61577)):
+        stamp = f"2026-05-05 10:{m:02d}:12.400 UTC [{pid}] {deadlock_user}@{deadlock_db}"
+        server_log += [
+            f"{stamp} LOG:  process {pid} detected deadlock while waiting for ShareLock on transaction {77120400 + m} after 1000.114 ms",
+            f"{stamp} ERROR:  deadlock detected",
+            f"{stamp} DETAIL:  Process {pid} waits for ShareLock on transaction {77120400 + m}; blocked by process {pid - 170}.",
+        ]
+    logs = [_log(f"10:{m:02d}:00.000", "orders-api", "INFO", f"GET /api/orders/{m} 200 in 35 ms") for m in range(1, 10, 2)]
+    logs += [
+        _log(f"10:{m:02d}:13.000", client, "ERROR", f"step failed for invoice {414600 + m}: psycopg.errors.DeadlockDetected: deadlock detected; will retry (attempt 1/5)")
+        for m in (11, 14, 17, 21, 25)
+    ]
+    logs += [
+        _log(f"10:{m:02d}:40.000", "orders-api", "ERROR", "POST /api/orders failed after 10.01s: psycopg_pool.PoolTimeout: couldn't get a connection after 10.00 sec")
+        for m in (12, 16, 20, 24, 27)
+    ]
+    activity = [
+        {"pid": 44811 + i, "datname": "orders", "usename": "orders_api", "application_name": "orders-api", "client_addr": f"10.50.3.{11 + i}", "state": "active",
+         "wait_event_type": "IO", "wait_event": "DataFileRead", "xact_start": "2026-05-05T10:29:50+00:00", "query_start": "2026-05-05T10:29:50+00:00",
+         "query": "SELECT id, status FROM orders WHERE customer_email = $1 ORDER BY created_at DESC LIMIT 50"}
+        for i in range(4)
+    ]
+    activity.append(
+        {"pid": 61600, "datname": deadlock_db, "usename": deadlock_user, "application_name": client, "client_addr": "10.50.9.4", "state": "idle",
+         "wait_event_type": "Client", "wait_event": "ClientRead", "xact_start": None, "query_start": "2026-05-05T10:29:58+00:00", "query": "COMMIT"}
+    )
+    return {"logs": logs, "postgres": {"activity": activity, "log": server_log, "locks": []}}
+
+
+def test_a_neighbour_databases_deadlocks_are_no_cause_of_anothers_timeouts(tmp_path: Path) -> None:
+    """The deadlocks are in `billing` (billing-dunning's); orders-api, whose sessions are all on
+    `orders`, times out: the deadlocks do not reach it and are not published as its root cause."""
+    folder = _scenario(
+        tmp_path,
+        "shared-server-neighbour",
+        "Since about 10:10 placing an order is very slow and sometimes fails. What is going on?",
+        ["query_logs", "inspect_postgres"],
+        _shared_server("billing", "billing_svc", "billing-dunning"),
+    )
+    result = _diagnose(folder, tmp_path / "home")
+    assert _root(result) != ("postgresql", "deadlock"), result["content"]
+    limitations = " ".join((result["content"].get("report") or result["content"].get("fallback") or {}).get("limitations") or [])
+    assert "database billing" in limitations and "orders-api" in limitations, limitations
+
+
+def test_a_deadlock_storm_in_the_services_own_database_is_its_root_cause(tmp_path: Path) -> None:
+    """The same storm in orders-api's own database (`orders`, its own errors) is the cause."""
+    folder = _scenario(
+        tmp_path,
+        "shared-server-own",
+        "Since about 10:10 placing an order is very slow and sometimes fails. What is going on?",
+        ["query_logs", "inspect_postgres"],
+        _shared_server("orders", "orders_api", "orders-api"),
+    )
+    result = _diagnose(folder, tmp_path / "home")
+    assert result["release_outcome"] == "PUBLISHED" and _root(result) == ("postgresql", "deadlock"), result["content"]

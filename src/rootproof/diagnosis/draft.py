@@ -322,6 +322,14 @@ class DraftStage(PlannerState):
                 lead = _label(best.component, best.mechanism, zh)
                 for en, zh_text in missing:
                     limitations.append(f"{lead} 未确认：{zh_text}" if zh else f"{lead} not confirmed: {en}")
+            # A loud hypothesis about another database than the impact's (a shared server's
+            # neighbour) is said to be no cause of it, not left as a bare partial signal.
+            for key, gap in self._gaps.items():
+                if best is not None and key == best.key and missing:
+                    continue  # said above
+                component, _, mechanism = key.partition("/")
+                en, zh_text = gap.reason()
+                limitations.append(f"{_label(component, mechanism, zh)} 不是根因：{zh_text}" if zh else f"{_label(component, mechanism, zh)} is not the root cause: {en}")
             summary = (
                 "未发现足以确认根因的证据；已检查的信号见下，未命中的查询仅表示该查询没有匹配。"
                 if zh

@@ -13,13 +13,15 @@ earlier); lines older than that (yesterday's errors a wide query brought back) a
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 
 from rootproof.agent.models.evidence_view import Observation
 from rootproof.diagnosis.findings import entry
 from rootproof.tools.refs import parse_log_ref
 
-__all__ = ["impact_seen"]
+__all__ = ["impact_refs", "impact_seen"]
 
 ERROR_LEVELS = frozenset({"ERROR", "FATAL", "CRITICAL", "PANIC", "ALERT", "EMERG", "SEVERE"})
 _ACCESS_5XX = re.compile(r'" (5\d\d) \d+')
@@ -56,13 +58,22 @@ def impact_seen(observations: list[Observation], alert: bool) -> str | None:
     """What shows impact in the window (one phrase naming it), None when nothing does."""
     if alert:
         return "the alert"
+    for o, ref in impact_refs(observations, alert):
+        return str(ref.get("text", o.tool))[:200]
+    return None
+
+
+def impact_refs(observations: list[Observation], alert: bool) -> Iterator[tuple[Observation, dict[str, Any]]]:
+    """Every record that shows impact in the window, with its observation (an analyzer's impact
+    finding is given as a ref of its own text)."""
+    del alert  # the alert is impact of its own, with no record
     start = _start(observations)
     for o in observations:
         if not o.ready or o.tool == "lookup_knowledge":
             continue
         for f in o.findings:
             if entry(str(f.get("finding", ""))).get("impact"):
-                return str(f.get("text", ""))[:200]
+                yield o, {"text": str(f.get("text", ""))}
         for ref in o.refs:
             text = str(ref.get("text", ""))
             if ref.get("instruction_like") or str(ref.get("raw_path")) == "$.no_evidence":
@@ -71,9 +82,9 @@ def impact_seen(observations: list[Observation], alert: bool) -> str | None:
                 log = parse_log_ref(text)
                 when = _ts(log.ts) if log else None
                 if log and log.level in ERROR_LEVELS and (start is None or when is None or when >= start):
-                    return text[:200]
+                    yield o, ref
             elif o.tool == "inspect_nginx" and _ACCESS_5XX.search(text):
-                return text[:200]
+                yield o, ref
             elif o.tool == "query_metrics":
                 m = _SERIES.match(text)
                 if not m:
@@ -83,7 +94,6 @@ def impact_seen(observations: list[Observation], alert: bool) -> str | None:
                     continue
                 if _GOOD.search(m.group(1)):
                     if first > 0 and low <= FALL * first:
-                        return text[:200]
+                        yield o, ref
                 elif _HURT.search(m.group(1)) and top > 0 and top >= RISE * max(first, 1e-9):
-                    return text[:200]
-    return None
+                    yield o, ref

@@ -193,8 +193,9 @@ class PlanStage(PlannerState):
                 used["query_logs"] = used.get("query_logs", 0) + 1
                 total += 1
         ranked, _, _, confirmed, _, contributing = self._verdict(candidates)
-        # The leading hypothesis by weight, even when its evidence is all shared with an alternative.
-        best = ranked[0] if ranked else None
+        # The leading hypothesis by weight, even when its evidence is all shared with an alternative;
+        # not one whose evidence does not reach the impact seen (another database's trouble).
+        best = next((c for c in ranked if c.key not in self._gaps), ranked[0]) if ranked else None
         # The discriminating signals of what tells the leader apart (the alternatives its cards name,
         # the causes it explains or that explain it), not yet looked at: checked before the leader's
         # own weaker signals and before more knowledge is looked up; their calls are kept in budget.

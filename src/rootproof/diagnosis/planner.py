@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from rootproof.agent.models.base import ModelRequest, ModelTurn
 from rootproof.agent.models.evidence_view import (
+    Observation,
     observations_from,
 )
 from rootproof.diagnosis.impact import impact_seen
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
 from rootproof.diagnosis.candidates import CandidateStage
 from rootproof.diagnosis.draft import DraftStage
 from rootproof.diagnosis.plan import PlanStage, _schema_enum, _schema_kinds
+from rootproof.diagnosis.reach import Gap
 from rootproof.diagnosis.state import MAX_CALLS_PER_TOOL, MAX_TOOL_CALLS, _alert, _question
 from rootproof.diagnosis.verdict import VerdictStage
 
@@ -32,6 +34,10 @@ class EvidencePlanner(PlanStage, CandidateStage, VerdictStage, DraftStage):
         self._offered: set[str] = set()
         self._impact: str | None = None
         """What shows impact in the window (`diagnosis.impact`), set by `step`."""
+        self._observations: list[Observation] = []
+        self._alerted = False
+        self._gaps: dict[str, Gap] = {}
+        """Hypotheses whose evidence does not reach the impact seen (`diagnosis.reach`), by key."""
         self._explained: set[str] = set()
         """Symptoms the verdict found explained by the root cause it chose (set by `_verdict`)."""
         self._max_calls = MAX_TOOL_CALLS
@@ -56,6 +62,8 @@ class EvidencePlanner(PlanStage, CandidateStage, VerdictStage, DraftStage):
         candidates = self._candidates(observations)
         self._score(candidates, observations)
         self._impact = impact_seen(observations, bool(_alert(question)))
+        self._observations = observations
+        self._alerted = bool(_alert(question))
         if request.mode == "gather":
             calls = self._next_calls(question, candidates, observations, offered, request.step_index)
             if calls:

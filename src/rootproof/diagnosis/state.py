@@ -16,6 +16,7 @@ from rootproof.boundary.provenance import record_key
 
 if TYPE_CHECKING:
     from rootproof.diagnosis.candidates import Candidate
+    from rootproof.diagnosis.reach import Gap
     from rootproof.kb import KnowledgeBase
     from rootproof.kb.cards import Hypothesis, Signal
 
@@ -104,6 +105,9 @@ class PlannerState:
     _targets: dict[str, tuple[str, ...]]
     _offered: set[str]
     _impact: str | None
+    _observations: list[Observation]
+    _alerted: bool
+    _gaps: dict[str, Gap]
     _explained: set[str]
     _max_calls: int
     _per_tool: int

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rootproof.diagnosis.findings import explains, symptoms
+from rootproof.diagnosis.reach import unreached
 from rootproof.kb.signals import ref_matches
 
 if TYPE_CHECKING:
@@ -95,7 +96,15 @@ class VerdictStage(PlannerState):
             return ranked, None, 0.0, False, [], []
         by_key = {c.key: c for c in candidates}
         gates = {c.key: self._gate(c, by_key) for c in ranked if c.seen > 0}
-        contenders = [c for c in ranked if not gates.get(c.key, ([], False))[1]]
+        # A hypothesis whose evidence is about another database than the impact seen (a shared
+        # server's neighbour) does not contend: it cannot be the root cause of what went wrong.
+        self._gaps = {}
+        for c in ranked:
+            if c.seen > 0 and c.key not in symptoms():
+                gap = unreached([h for s, hs in c.hits if s.weight >= CONTEXT_WEIGHT for h in hs], self._observations, self._alerted)
+                if gap is not None:
+                    self._gaps[c.key] = gap
+        contenders = [c for c in ranked if not gates.get(c.key, ([], False))[1] and c.key not in self._gaps]
         best = contenders[0] if contenders else ranked[0]
         # A rival resting on one record (one line, however often repeated) could never be a root
         # cause itself, and does not block one.
@@ -132,6 +141,8 @@ class VerdictStage(PlannerState):
         independent = [c for c in rivals if self._independent(best, c) and clears(c)]
         runner = max((c.seen for c in rivals if c not in independent), default=0.0)
         missing = list(gates.get(best.key, ([], False))[0])
+        if best.key in self._gaps:
+            missing.insert(0, self._gaps[best.key].reason())
         if best.seen < ROOT_THRESHOLD or not best.strong:
             missing.insert(0, (f"its signals weigh {best.seen:g} (a root cause needs {ROOT_THRESHOLD:g}, one of weight 2 or more)", f"信号权重 {best.seen:g}（根因需要 {ROOT_THRESHOLD:g}，且至少一个权重 ≥ 2 的信号）"))
         elif best.seen - runner < MARGIN:
