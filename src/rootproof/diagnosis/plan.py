@@ -293,6 +293,8 @@ class PlanStage(PlannerState):
         # the signals worth the remaining calls).
         self_looked = {str(c.arguments.get("query")) for c in calls if c.name == "lookup_knowledge" and isinstance(c.arguments, dict)}
         pursue = [c for c in ranked if c.strong and _label(c.component, c.mechanism, False) not in self_looked] if calls else ranked
+        # A hypothesis whose evidence does not reach the impact seen gets no more calls.
+        pursue = [c for c in pursue if c.key not in self._gaps]
         # First the leader's own discriminating signals, then those of what tells it apart; the
         # rest after them (one call per tool and kind: a call for a first signal also asks for the
         # others of its tool and kind).

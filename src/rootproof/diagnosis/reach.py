@@ -129,9 +129,11 @@ def unreached(hits: list[Hit], observations: list[Observation], alert: bool) -> 
         dbs, services = scope_of(h.tool, h.text)
         cause_dbs |= dbs
         cause_services |= services
+    links = service_databases(observations)
+    for service in cause_services:  # a client's errors are about the databases it uses
+        cause_dbs |= links.get(service, set())
     if not cause_dbs:
         return None  # not scoped to a database: nothing to compare
-    links = service_databases(observations)
     reached: set[str] = set()
     apart: dict[str, str] = {}
     for o, ref in impact_refs(observations, alert):
