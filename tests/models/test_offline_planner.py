@@ -275,6 +275,7 @@ def test_a_rival_resting_on_one_record_does_not_block_a_corroborated_root_cause(
 
     planner = OfflinePlanner.__new__(OfflinePlanner)
     planner._offered, planner._impact, planner._explained = set(), "errors in the window", set()
+    planner._observations, planner._alerted, planner._gaps = [], False, {}
     lead = _candidate(
         "postgresql/row_lock_contention",
         3,
@@ -338,6 +339,7 @@ def test_an_alternative_whose_discriminating_signal_was_not_checked_is_not_ruled
     )
     planner = OfflinePlanner.__new__(OfflinePlanner)
     planner._offered, planner._impact, planner._explained = set(), "errors in the window", set()
+    planner._observations, planner._alerted, planner._gaps = [], False, {}
     draft = planner._draft("Why do invoice-api requests fail?", [lead, leak], [obs])
     status = {(h["component"], h["mechanism"]): h["status"] for h in draft["hypotheses"]}
     assert status[("connection_pool", "connection_exhaustion")] == "confirmed", draft["limitations"]

@@ -121,6 +121,7 @@ def test_a_shared_symptom_is_never_enough_beside_a_discriminating_signal_of_anot
 
     planner = OfflinePlanner.__new__(OfflinePlanner)
     planner._offered, planner._impact, planner._explained = set(), "errors in the window", set()
+    planner._observations, planner._alerted, planner._gaps = [], False, {}
     pool = _cand(
         "connection_pool/connection_exhaustion",
         [({"any": ["Connection is not available"], "weight": 3}, HIKARI), ({"any": ["idle=0, waiting="], "weight": 2}, [])],
@@ -144,6 +145,7 @@ def test_two_causes_on_independent_evidence_are_root_cause_and_contributing_caus
 
     planner = OfflinePlanner.__new__(OfflinePlanner)
     planner._offered, planner._impact, planner._explained = set(), "errors in the window", set()
+    planner._observations, planner._alerted, planner._gaps = [], False, {}
     storage = _cand(
         "postgresql/storage_full",
         [
