@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
@@ -118,6 +117,7 @@ class InProcessJobs:
         self._deliver = deliver
         self._pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="job")
         self._notify_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="notify")
+        self._stopped = threading.Event()
         self._running = 0
         self._pending: set[asyncio.Future[None]] = set()
         self._waiting: dict[str, RunRequest] = {}
@@ -162,9 +162,8 @@ class InProcessJobs:
                     return
             except Exception:  # noqa: BLE001 - logged; the next attempt tries again
                 log.exception("notification of run %s to %s failed", run_id, receiver)
-            if self._closing:
-                return
-            time.sleep(1 + 2 * (attempt - 1))
+            if self._stopped.wait(1 + 2 * (attempt - 1)):
+                return  # shutting down: the process does not wait for a receiver's next attempt
 
     async def counts(self) -> dict[str, int]:
         with self._lock:
@@ -177,8 +176,10 @@ class InProcessJobs:
     async def stop_fetching(self) -> None:
         with self._lock:
             self._closing = True
+        self._stopped.set()
 
     async def stop(self) -> list[RunRequest]:
+        self._stopped.set()
         with self._lock:
             self._closing = True
             unstarted, self._waiting = list(self._waiting.values()), {}
