@@ -7,9 +7,8 @@ their own:
 - `--approve listed` on pg-row-lock: exit 0, the case passes (score ≥ 90), exactly
   `terminate_blocking_session` executed and verified, every phase ok, residue 0, and nothing of
   the run left (processes, listeners, run folder);
-- `--approve none` on pg-row-lock and order-pool-leak: nothing executed, the verify phase holds
-  the "nothing changed" checks (`Fault.unchanged`: the blocker session and the leak still there
-  right before cleanup), cleanup and audit ok, residue 0;
+- `--approve none` (in test_bench_real_none.py, a module of its own so that the two run on
+  different workers);
 - SIGKILL of the eval process during the diagnosis (its environment's processes are detached and
   left behind, as a real kill leaves them): the next preflight cleans that stale run — every
   recorded pid gone, its ports free, its folder removed, no process with the folder in its
@@ -18,25 +17,24 @@ their own:
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from rootproof.live import LiveConfig, list_runs
-from rootproof.live.bench.runner import PASS_SCORE, PHASES
+from rootproof.live.bench.runner import PASS_SCORE
 from rootproof.live.env import LiveEnvironment
 from rootproof.live.layout import COMPONENTS, RunPaths, read_run, run_folders
-from rootproof.live.procs import is_running, listening, processes_under
+from rootproof.live.procs import is_running, listening
 from rootproof.live.runs import records_of
 from tests.services import inherited_env
 
+from .bench_real_support import assert_nothing_left, eval_live, mentioning, one_case_ok
 from .support import ROOT, cli, fresh_root, need_binaries, reap, remove_root, wait_for
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -53,57 +51,9 @@ def root() -> Iterator[Path]:
     remove_root(path)
 
 
-def _eval_live(root: Path, *args: str, timeout: float) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    out = root / "report.json"
-    p = cli("eval", "live", *args, "--json", str(out), root=root, timeout=timeout)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return p, json.loads(out.read_text(encoding="utf-8"))
-
-
-def _mentioning(folder: Path) -> list[tuple[int, str]]:
-    """Processes whose command line names `folder` or whose working folder is inside it."""
-    text = str(folder.resolve())
-    out = list(processes_under(folder)) if folder.exists() else []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if text in cmd and state not in ("Z", "X"):
-            out.append((int(entry.name), cmd.strip()[:200]))
-    return sorted(set(out))
-
-
-def _assert_nothing_left(root: Path, doc: dict[str, Any]) -> None:
-    """No run folder left under the root and no process naming a case's run folder (command line
-    or working folder); the recorded processes and ports are the audit's (`_one_case_ok`)."""
-    assert list(run_folders(root)) == [], [f.name for f in run_folders(root)]
-    for case in doc["scenarios"]:
-        folder = root / str(case["live_run_id"])
-        assert not folder.exists()
-        assert _mentioning(folder) == [], _mentioning(folder)
-
-
-def _one_case_ok(case: dict[str, Any]) -> None:
-    """Every phase ok, cleanup and audit clean, no residue, no hard gate."""
-    assert {n: p["ok"] for n, p in case["phases"].items()} == dict.fromkeys(PHASES, True), {
-        n: p["detail"] for n, p in case["phases"].items() if p["ok"] is not True
-    }
-    assert case["infra_invalid"] is None and not case["cancelled"]
-    assert case["residue"] == [] and case["hard_gates"] == [], case["gate_reasons"]
-    audit = case["audit"]
-    assert audit["folder_removed"] is True
-    assert audit["left_processes"] == [] and audit["left_listeners"] == [] and audit["stop_residue"] == []
-    assert audit["fault_residue"] == []
-    assert all(c["ok"] for c in case["checks"].get("cleanup", [])), case["checks"].get("cleanup")
-
-
 def test_pg_row_lock_approve_listed_terminates_the_blocker_and_passes(root: Path) -> None:
     need_binaries(COMPONENTS)
-    p, doc = _eval_live(root, "--scenario", "pg-row-lock", "--approve", "listed", timeout=150)
+    p, doc = eval_live(root, "--scenario", "pg-row-lock", "--approve", "listed", timeout=150)
     assert doc["kind"] == "live" and doc["approval"] == "listed"
     assert doc["summary"]["scenarios"] == 1 and doc["summary"]["residue"] == 0
     assert doc["summary"]["infra_invalid"] == 0 and doc["summary"]["hard_gate_violations"] == 0
@@ -111,7 +61,7 @@ def test_pg_row_lock_approve_listed_terminates_the_blocker_and_passes(root: Path
     assert case["scenario"] == "pg-row-lock"
     assert case["passed"] is True and case["score"] >= PASS_SCORE, (case["failure_class"], case["failure_reasons"])
     assert case["root_cause"] == {"component": "postgresql", "mechanism": "row_lock_contention"}
-    _one_case_ok(case)
+    one_case_ok(case)
 
     rec = case["recovery"]
     assert rec["contract"] == "executed_recovery" and rec["approval"] == "listed"
@@ -127,49 +77,7 @@ def test_pg_row_lock_approve_listed_terminates_the_blocker_and_passes(root: Path
     assert case["phases"]["verify"]["detail"].startswith("recovered: ")
     assert case["dimensions"]["recovery_verification"]["score"] == 15
     assert "PASS" in p.stdout and "residue 0" in p.stdout
-    _assert_nothing_left(root, doc)
-
-
-def test_approve_none_executes_nothing_and_verifies_nothing_changed(root: Path) -> None:
-    need_binaries(COMPONENTS)
-    _p, doc = _eval_live(
-        root, "--scenario", "pg-row-lock", "--scenario", "order-pool-leak", "--approve", "none", timeout=240
-    )
-    assert doc["approval"] == "none"
-    assert doc["summary"]["scenarios"] == 2 and doc["summary"]["residue"] == 0
-    assert doc["summary"]["infra_invalid"] == 0
-    cases = {c["scenario"]: c for c in doc["scenarios"]}
-    assert set(cases) == {"pg-row-lock", "order-pool-leak"}
-    expected = {
-        "pg-row-lock": {"blocker_still_open", "holder_running"},
-        "order-pool-leak": {"service_not_restarted", "pool_still_exhausted", "leak_switch_on"},
-    }
-    for name, case in cases.items():
-        _one_case_ok(case)
-        rec = case["recovery"]
-        assert rec["approval"] == "none" and rec["executed"] is False and rec["approved"] is False
-        assert rec["actions"], f"{name}: no proposal recorded"
-        assert all(a["executed"] is False and a["approved"] is False for a in rec["actions"]), rec["actions"]
-        assert all(a["approval"] == "none" for a in rec["actions"])
-        verify = case["checks"]["verify"]
-        assert {c["name"] for c in verify} == expected[name], verify
-        assert all(c["ok"] for c in verify), verify
-        assert rec["verified"] is True
-        assert case["phases"]["verify"]["detail"].startswith("nothing changed: ")
-        dim = case["dimensions"]["recovery_verification"]
-        assert dim["score"] == 15 and dim["reasons"][0].startswith("nothing changed: "), dim
-        assert case["dimensions"]["recovery_policy"]["reasons"][-1].startswith("nothing executed")
-    # The fault was still held at verify, right before cleanup: the blocker session with the
-    # pid and backend start the fault recorded; the cleanup then stopped the holder.
-    row = cases["pg-row-lock"]
-    (blocker,) = [c for c in row["checks"]["verify"] if c["name"] == "blocker_still_open"]
-    assert "idle in transaction" in blocker["detail"]
-    cleanup = {c["name"]: c for c in row["checks"]["cleanup"]}
-    assert cleanup["holder_stopped"]["ok"] and "stopped" in cleanup["holder_stopped"]["detail"]
-    pool = cases["order-pool-leak"]
-    (svc,) = [c for c in pool["checks"]["verify"] if c["name"] == "service_not_restarted"]
-    assert "pid" in svc["detail"]
-    _assert_nothing_left(root, doc)
+    assert_nothing_left(root, doc)
 
 
 def _diagnosis_started(root: Path) -> Path | None:
@@ -177,7 +85,7 @@ def _diagnosis_started(root: Path) -> Path | None:
     for folder in run_folders(root):
         if not (folder / "pids" / HOLDER_PIDFILE).exists():
             continue
-        if any("diagnose" in cmd and "--targets" in cmd for _pid, cmd in _mentioning(folder)):
+        if any("diagnose" in cmd and "--targets" in cmd for _pid, cmd in mentioning(folder)):
             return folder
     return None
 
@@ -236,7 +144,7 @@ def test_a_killed_eval_leaves_its_run_and_the_next_preflight_cleans_it(root: Pat
         assert running == [], f"still running after the preflight: {running}"
         assert listening(ports) == [], f"still listened on: {listening(ports)}"
         assert not folder.exists(), sorted(x.name for x in folder.iterdir())
-        left = _mentioning(folder)
+        left = mentioning(folder)
         assert left == [], f"processes naming the killed run's folder: {left}"
     finally:
         reap(p)
