@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,18 @@ def fresh_root() -> Path:
 def remove_root(root: Path) -> None:
     """Remove a test root (its runs are stopped by then)."""
     shutil.rmtree(root, ignore_errors=True)
+
+
+def root_cleaned_up() -> Iterator[Path]:
+    """A fresh live root for one test (`root = pytest.fixture(root_cleaned_up)`); afterwards the
+    runs a failed test left are brought down (`rootproof live down`), then the root is removed."""
+    from rootproof.live import list_runs
+
+    path = fresh_root()
+    yield path
+    for run in list_runs(path):  # whatever a failed test left
+        cli("live", "down", run.run_id, root=path)
+    remove_root(path)
 
 
 def cli(*args: str, root: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:

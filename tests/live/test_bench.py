@@ -21,7 +21,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,15 @@ from tests.service.support import SlowModelServer
 from tests.services import inherited_env
 
 from ._bench_fault import TEST_NAME, NginxTimeoutFault, executor, scenario
-from .support import ROOT, cli, fresh_root, need_binaries, owner, read_until, reap, remove_root
+from .support import (
+    ROOT,
+    cli,
+    need_binaries,
+    owner,
+    read_until,
+    reap,
+    root_cleaned_up,
+)
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -51,13 +58,7 @@ def registered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(SCENARIOS, TEST_NAME, scenario())
 
 
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = fresh_root()
-    yield path
-    for run in list_runs(path):  # whatever a failed test left
-        cli("live", "down", run.run_id, root=path)
-    remove_root(path)
+root = pytest.fixture(root_cleaned_up)
 
 
 def _why(settings: Any, case: Any) -> str:

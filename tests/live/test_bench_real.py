@@ -21,7 +21,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,20 +34,14 @@ from rootproof.live.runs import records_of
 from tests.services import inherited_env
 
 from .bench_real_support import assert_nothing_left, eval_live, mentioning, one_case_ok
-from .support import ROOT, cli, fresh_root, need_binaries, reap, remove_root, wait_for
+from .support import ROOT, need_binaries, reap, root_cleaned_up, wait_for
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 HOLDER_PIDFILE = "fault_pg_row_lock.pid"
 
 
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = fresh_root()
-    yield path
-    for run in list_runs(path):  # whatever a failed test left
-        cli("live", "down", run.run_id, root=path)
-    remove_root(path)
+root = pytest.fixture(root_cleaned_up)
 
 
 def test_pg_row_lock_approve_listed_terminates_the_blocker_and_passes(root: Path) -> None:

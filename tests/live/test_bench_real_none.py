@@ -6,27 +6,19 @@ live-benchmark tests, and pytest-xdist gives a whole module to one worker.)"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from rootproof.live import list_runs
 from rootproof.live.layout import COMPONENTS
 
 from .bench_real_support import assert_nothing_left, eval_live, one_case_ok
-from .support import cli, fresh_root, need_binaries, remove_root
+from .support import need_binaries, root_cleaned_up
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = fresh_root()
-    yield path
-    for run in list_runs(path):  # whatever a failed test left
-        cli("live", "down", run.run_id, root=path)
-    remove_root(path)
+root = pytest.fixture(root_cleaned_up)
 
 
 def test_approve_none_executes_nothing_and_verifies_nothing_changed(root: Path) -> None:
